@@ -1,0 +1,1 @@
+"""Backends: `local` (plain PyTorch engines) and `verl` (verl + vLLM on GPU clusters)."""

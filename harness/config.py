@@ -1,0 +1,334 @@
+"""Typed run configuration: YAML spec (Hydra) -> validated dataclasses -> objects.
+
+``load(overrides)`` composes ``experiments/`` with Hydra and turns the result into a
+:class:`RunConfig`. Every check happens here, before anything runs: a bad value raises
+:class:`ConfigError` naming the key and what is allowed, and the CLI exits with status 2.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from harness.backends.verl.config import VerlConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENTS = ROOT / "experiments"
+GROUPS = ("estimator", "model", "task", "backend")
+ESTIMATORS = ("rollout", "recompute", "tis", "mis", "icepop", "r3", "mean_n", "rais", "deterministic")
+TASKS = ("sort", "addition")
+DTYPES = ("bfloat16", "float16", "float32")
+#: keys that describe *where/how* a run is executed or logged, not *what* it computes
+NON_IDENTITY_KEYS = ("tracking", "launcher", "out_dir")
+
+
+class ConfigError(ValueError):
+    def __init__(self, key: str, message: str):
+        self.key = key
+        super().__init__(f"{key}: {message}")
+
+
+@dataclass
+class EstimatorConfig:
+    name: str = "recompute"
+    n: Optional[int] = None  # mean_n: number of inference passes
+    clip_c: Optional[float] = None  # tis, mis: cap C
+    level: Optional[str] = None  # tis, mis: token | sequence
+    alpha: Optional[float] = None  # icepop lower bound
+    beta: Optional[float] = None  # icepop upper bound
+    gamma_min: Optional[float] = None  # rais floor
+
+
+@dataclass
+class ModelConfig:
+    name: str = "moe_tiny"
+    kind: str = "moe"  # moe | dense
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    n_experts: int = 8
+    top_k: int = 4
+    d_expert: int = 64  # hidden size of one expert (moe)
+    d_ff: Optional[int] = None  # dense hidden size; default top_k * d_expert (equal active params)
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-6
+    init_std: float = 0.02
+    path: Optional[str] = None  # verl backend: HF model path / local checkpoint
+
+
+@dataclass
+class WarmStartConfig:
+    target_reward: float = 0.35  # stop the supervised warm start once the sampled reward reaches this
+    max_steps: int = 400
+    lr: float = 3e-3
+    batch_size: int = 64
+    eval_every: int = 10
+
+
+@dataclass
+class TaskConfig:
+    name: str = "sort"
+    length: int = 5  # digits in the input
+    reward: str = "partial"  # partial (share of correct answer digits) | exact
+    warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
+
+
+@dataclass
+class InferenceConfig:
+    dtype: str = "bfloat16"
+    deterministic: bool = False  # fixed expert-combine order, batch invariant
+    batch_variance: bool = True  # split-K of the matmuls varies with batch composition
+    temperature: float = 1.0
+    top_k: int = 0  # sampler top-k, 0 = off
+    logprobs_mode: str = "processed"  # processed (the sampled distribution) | raw (before the sampler)
+    # explicit perturbations (off by default, always logged)
+    router_noise_sigma: float = 0.0  # N(0, sigma^2) on router logits before top-k, fresh per call
+    logit_noise_sigma: float = 0.0  # N(0, sigma^2) on output logits, fresh per call (unbiased in logit space)
+    bias_delta: float = 1.0  # scale the probability of tokens with p < bias_threshold by delta (1 = off)
+    bias_threshold: float = 0.05
+
+
+@dataclass
+class TrainerConfig:
+    steps: int = 200
+    prompts_per_step: int = 16
+    group_size: int = 8  # responses per prompt (GRPO group)
+    lr: float = 1e-3
+    clip_eps: float = 0.2
+    num_minibatches: int = 4  # optimiser steps per epoch over the rollout batch
+    ppo_epochs: int = 1
+    max_grad_norm: Optional[float] = 1.0  # null = no clipping
+    weight_decay: float = 0.0
+    entropy_coef: float = 0.0
+    checkpoint_every: int = 0  # 0 = no checkpoints
+
+
+@dataclass
+class DiagnosticsConfig:
+    noise_passes: int = 2  # extra inference scorings for noise/var_rollout (0 = off)
+    noise_sequences: int = 16  # on this many sequences of the batch
+
+
+@dataclass
+class BackendConfig:
+    name: str = "local"
+    device: str = "cpu"  # cpu | cuda | auto
+    threads: int = 1  # torch threads per process (timings on 2 cores swing 20-40x with 2)
+
+
+@dataclass
+class TrackingConfig:
+    uri: Optional[str] = None  # null = sqlite:///<project>/mlruns.db
+    experiment: str = "default"
+    run_name: Optional[str] = None
+
+
+@dataclass
+class RunConfig:
+    seed: int = 0
+    estimator: EstimatorConfig = field(default_factory=EstimatorConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    inference: InferenceConfig = field(default_factory=InferenceConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    verl: VerlConfig = field(default_factory=VerlConfig)  # only read by backend=verl
+    out_dir: Optional[str] = None  # null = runs/<signature>
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def signature(self) -> str:
+        return signature(self.to_dict())
+
+    @property
+    def tracking_uri(self) -> str:
+        return self.tracking.uri or f"sqlite:///{ROOT / 'mlruns.db'}"
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.out_dir) if self.out_dir else ROOT / "runs" / self.signature
+
+
+def signature(spec: dict[str, Any], length: int = 10) -> str:
+    """Short hash of the resolved spec without the keys that do not change what is computed."""
+    ident = {k: v for k, v in spec.items() if k not in NON_IDENTITY_KEYS}
+    blob = json.dumps(ident, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:length]
+
+
+# ----------------------------------------------------------------------------------- building
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(value, args[0], key)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(key, f"expected a mapping, got {value!r}")
+        return from_dict(tp, value, key)
+    if value is None:
+        raise ConfigError(key, "must not be null")
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(key, f"expected true/false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
+            raise ConfigError(key, f"expected an integer, got {value!r}")
+        return int(value)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(key, f"expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(key, f"expected a string, got {value!r}")
+        return value
+    return value
+
+
+def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        key = f"{prefix}.{unknown[0]}" if prefix else unknown[0]
+        raise ConfigError(key, f"unknown key; allowed: {', '.join(names)}")
+    kwargs = {k: _coerce(v, hints[k], f"{prefix}.{k}" if prefix else k) for k, v in data.items()}
+    return cls(**kwargs)
+
+
+# --------------------------------------------------------------------------------- validation
+def _require(ok: bool, key: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(key, message)
+
+
+def _one_of(value: Any, allowed: tuple, key: str) -> None:
+    _require(value in allowed, key, f"unknown value {value!r}; allowed: {', '.join(map(str, allowed))}")
+
+
+ESTIMATOR_PARAMS = {  # which estimator uses which knob (others must stay unset)
+    "mean_n": ("n",),
+    "tis": ("clip_c", "level"),
+    "mis": ("clip_c", "level"),
+    "icepop": ("alpha", "beta"),
+    "rais": ("gamma_min",),
+}
+
+
+def validate(cfg: RunConfig) -> RunConfig:
+    e = cfg.estimator
+    _one_of(e.name, ESTIMATORS, "estimator")
+    used = ESTIMATOR_PARAMS.get(e.name, ())
+    for knob in ("n", "clip_c", "level", "alpha", "beta", "gamma_min"):
+        if knob in used:
+            _require(getattr(e, knob) is not None, f"estimator.{knob}", f"required by estimator {e.name}")
+        elif getattr(e, knob) is not None:
+            raise ConfigError(f"estimator.{knob}", f"not a parameter of estimator {e.name} (its parameters: {', '.join(used) or 'none'})")
+    if e.n is not None:
+        _require(e.n >= 1, "estimator.n", f"must be an integer >= 1, got {e.n}")
+    if e.clip_c is not None:
+        _require(e.clip_c > 1, "estimator.clip_c", f"the cap C must be > 1, got {e.clip_c}")
+    if e.level is not None:
+        _one_of(e.level, ("token", "sequence"), "estimator.level")
+    if e.alpha is not None:
+        _require(0 < e.alpha < 1 < e.beta, "estimator.alpha", f"need 0 < alpha < 1 < beta, got alpha={e.alpha}, beta={e.beta}")
+    if e.gamma_min is not None:
+        _require(0 < e.gamma_min <= 1, "estimator.gamma_min", f"must be in (0, 1], got {e.gamma_min}")
+
+    m = cfg.model
+    _one_of(m.kind, ("moe", "dense"), "model.kind")
+    if e.name in ("r3", "rais"):
+        _require(m.kind == "moe", "estimator", f"{e.name} needs a router: use a moe model, not {m.name} ({m.kind})")
+    for k in ("d_model", "n_layers", "n_heads", "n_experts", "top_k", "d_expert"):
+        _require(getattr(m, k) >= 1, f"model.{k}", f"must be >= 1, got {getattr(m, k)}")
+    _require(m.d_model % m.n_heads == 0 and (m.d_model // m.n_heads) % 2 == 0, "model.n_heads",
+             f"d_model/n_heads must be an even integer (RoPE), got {m.d_model}/{m.n_heads}")
+    _require(m.top_k <= m.n_experts, "model.top_k", f"must be <= n_experts={m.n_experts}, got {m.top_k}")
+
+    t = cfg.task
+    _one_of(t.name, TASKS, "task")
+    _one_of(t.reward, ("partial", "exact"), "task.reward")
+    _require(1 <= t.length <= 12, "task.length", f"must be in [1, 12], got {t.length}")
+    _require(0 <= t.warmstart.target_reward < 1, "task.warmstart.target_reward", "must be in [0, 1)")
+
+    b = cfg.backend
+    _one_of(b.name, ("local", "verl"), "backend")
+    _one_of(b.device, ("cpu", "cuda", "auto"), "backend.device")
+    _require(b.threads >= 1, "backend.threads", f"must be >= 1, got {b.threads}")
+
+    i = cfg.inference
+    _one_of(i.dtype, DTYPES, "inference.dtype")
+    _one_of(i.logprobs_mode, ("processed", "raw"), "inference.logprobs_mode")
+    _require(i.temperature > 0, "inference.temperature", f"must be > 0, got {i.temperature}")
+    for k in ("router_noise_sigma", "logit_noise_sigma"):
+        _require(getattr(i, k) >= 0, f"inference.{k}", f"must be >= 0, got {getattr(i, k)}")
+    _require(i.bias_delta > 0, "inference.bias_delta", f"must be > 0, got {i.bias_delta}")
+
+    tr = cfg.trainer
+    _require(tr.lr > 0, "trainer.lr", f"the learning rate must be > 0, got {tr.lr}")
+    _require(tr.steps >= 1, "trainer.steps", f"must be >= 1, got {tr.steps}")
+    _require(tr.group_size >= 2, "trainer.group_size", f"GRPO needs >= 2 responses per prompt, got {tr.group_size}")
+    _require(tr.prompts_per_step >= 1, "trainer.prompts_per_step", f"must be >= 1, got {tr.prompts_per_step}")
+    batch = tr.prompts_per_step * tr.group_size
+    _require(tr.num_minibatches >= 1 and batch % tr.num_minibatches == 0, "trainer.num_minibatches",
+             f"must divide the batch of {batch} sequences, got {tr.num_minibatches}")
+    _require(tr.ppo_epochs >= 1, "trainer.ppo_epochs", f"must be >= 1, got {tr.ppo_epochs}")
+    _require(0 < tr.clip_eps < 1, "trainer.clip_eps", f"must be in (0, 1), got {tr.clip_eps}")
+    if tr.max_grad_norm is not None:
+        _require(tr.max_grad_norm > 0, "trainer.max_grad_norm", f"must be > 0 or null, got {tr.max_grad_norm}")
+    _require(tr.checkpoint_every >= 0, "trainer.checkpoint_every", "must be >= 0")
+    _require(cfg.diagnostics.noise_passes in (0,) or cfg.diagnostics.noise_passes >= 2,
+             "diagnostics.noise_passes", "must be 0 (off) or >= 2")
+    return cfg
+
+
+def build(data: dict[str, Any]) -> RunConfig:
+    return validate(from_dict(RunConfig, data))
+
+
+# ---------------------------------------------------------------------------------- composing
+def group_options(group: str, config_dir: Path = EXPERIMENTS) -> list[str]:
+    return sorted(p.stem for p in (config_dir / group).glob("*.yaml"))
+
+
+def compose(overrides: list[str], config_name: str = "config", config_dir: Path = EXPERIMENTS) -> dict[str, Any]:
+    """Hydra composition of ``experiments/<config_name>.yaml`` with command-line overrides."""
+    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    for ov in overrides:
+        key, sep, value = ov.lstrip("+~").partition("=")
+        if sep and key in GROUPS:
+            options = group_options(key, config_dir)
+            if value not in options:
+                raise ConfigError(key, f"unknown value {value!r}; allowed: {', '.join(options)}")
+    try:
+        with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+            cfg = hydra_compose(config_name=config_name, overrides=list(overrides))
+    except (HydraException, OmegaConfBaseException) as exc:
+        msg = str(exc).splitlines()[0]
+        key = getattr(exc, "full_key", None) or (overrides[0].split("=")[0] if overrides else "spec")
+        for ov in overrides:  # name the override Hydra choked on
+            if ov.split("=")[0].lstrip("+~") in msg:
+                key = ov.split("=")[0].lstrip("+~")
+        raise ConfigError(str(key), msg) from None
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def load(overrides: list[str], config_name: str = "config") -> RunConfig:
+    return build(compose(overrides, config_name))

@@ -1,0 +1,15 @@
+"""``recompute``: pi_old = the training engine's log-prob under the pre-update weights.
+
+    logp_old = logp_rec = TrainEngine(theta_old)(tokens)
+
+The standard of verl/OpenRLHF: one extra training forward; ignores the train-inference mismatch.
+"""
+from harness.estimators.base import Estimator, OldPolicy, register
+
+
+@register
+class Recompute(Estimator):
+    name = "recompute"
+
+    def old_policy(self, ctx) -> OldPolicy:
+        return self.plain(ctx, ctx.recompute().logp)

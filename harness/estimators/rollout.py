@@ -1,0 +1,16 @@
+"""``rollout``: pi_old = the inference engine's sampling log-prob.
+
+    logp_old = logp_roll
+
+This is the exact probability the token was drawn with (in ``logprobs_mode: processed``), so the
+IS ratio against it is unbiased however noisy the engine is; its cost is zero extra passes.
+"""
+from harness.estimators.base import Estimator, OldPolicy, register
+
+
+@register
+class Rollout(Estimator):
+    name = "rollout"
+
+    def old_policy(self, ctx) -> OldPolicy:
+        return self.plain(ctx, ctx.logp_roll)

@@ -1,0 +1,82 @@
+"""The metric catalogue: every name a run logs, in one place.
+
+Both backends log these names; `analysis` reads them (and imports nothing else from `harness`).
+The README's metric table is generated from `CATALOGUE` (``python -m harness.metrics``).
+
+Notation per response token (DESIGN.md section 2): ``logp_roll`` the inference engine's
+sampling log-prob, ``logp_rec`` the training engine's log-prob under the pre-update weights,
+``logp_old`` the estimator's IS denominator, ``logp_new`` the weights being optimised.
+"""
+from __future__ import annotations
+
+REWARD_MEAN = "reward/mean"
+REWARD_STD = "reward/std"
+REWARD_ACCURACY = "reward/accuracy"
+POLICY_LOSS = "policy/loss"
+POLICY_ENTROPY = "policy/entropy"
+POLICY_GRAD_NORM = "policy/grad_norm"
+POLICY_CLIPFRAC = "policy/clipfrac"
+POLICY_APPROX_KL = "policy/approx_kl"
+MISMATCH_K1 = "mismatch/k1"
+MISMATCH_K3 = "mismatch/k3"
+MISMATCH_REC_K1 = "mismatch/rec_k1"
+MISMATCH_REC_K3 = "mismatch/rec_k3"
+MISMATCH_PROB_DIFF_MAX = "mismatch/prob_diff_max"
+MISMATCH_PROB_DIFF_MEAN = "mismatch/prob_diff_mean"
+IS_WEIGHT_MEAN = "is/weight_mean"
+IS_WEIGHT_MAX = "is/weight_max"
+IS_ESS = "is/ess"
+IS_MASKED_FRAC = "is/masked_frac"
+MOE_ROUTING_FLIP_RATE = "moe/routing_flip_rate"
+MOE_ROUTER_KL = "moe/router_kl"
+NOISE_VAR_ROLLOUT = "noise/var_rollout"
+TIME_ROLLOUT = "time/rollout_s"
+TIME_OLD_LOGPROB = "time/old_logprob_s"
+TIME_UPDATE = "time/update_s"
+TIME_DIAGNOSTICS = "time/diagnostics_s"
+TIME_STEP = "time/step_s"
+TOKENS_PER_S = "tokens/per_s"
+
+# name -> one-line meaning (the README table is generated from this).
+CATALOGUE: dict[str, str] = {
+    REWARD_MEAN: "mean task reward of the rollout batch (partial credit in [0, 1])",
+    REWARD_STD: "std of the reward over the rollout batch",
+    REWARD_ACCURACY: "share of responses that are exactly right",
+    POLICY_LOSS: "PPO-clipped loss, mean over the minibatch updates (non-finite = collapse)",
+    POLICY_ENTROPY: "mean per-token entropy of the training policy (first minibatch pass)",
+    POLICY_GRAD_NORM: "gradient norm before clipping, mean over the updates",
+    POLICY_CLIPFRAC: "share of tokens whose ratio was clipped",
+    POLICY_APPROX_KL: "k3 estimate of KL(pi_old || pi_new) during the update",
+    MISMATCH_K1: "k1 = -d, d = logp_old - logp_roll, token mean (the estimator's denominator)",
+    MISMATCH_K3: "k3 = exp(d) - d - 1, token mean (the estimator's denominator)",
+    MISMATCH_REC_K1: "k1 with logp_rec in place of logp_old (train-inference mismatch)",
+    MISMATCH_REC_K3: "k3 with logp_rec in place of logp_old (train-inference mismatch)",
+    MISMATCH_PROB_DIFF_MAX: "max |p_rec - p_roll| over response tokens",
+    MISMATCH_PROB_DIFF_MEAN: "mean |p_rec - p_roll| over response tokens",
+    IS_WEIGHT_MEAN: "mean effective IS weight w * exp(logp_rec - logp_old) at the start of the update",
+    IS_WEIGHT_MAX: "max of that weight (its tail)",
+    IS_ESS: "normalised effective sample size (sum w)^2 / (N sum w^2) of that weight",
+    IS_MASKED_FRAC: "share of response tokens the estimator masked (MIS, IcePop)",
+    MOE_ROUTING_FLIP_RATE: "share of tokens whose top-k set differs between rollout and training, any layer",
+    MOE_ROUTER_KL: "KL(router_rollout || router_train), mean over tokens and layers",
+    NOISE_VAR_ROLLOUT: "variance of the inference engine's token log-prob over repeated scorings",
+    TIME_ROLLOUT: "seconds spent generating the rollout batch",
+    TIME_OLD_LOGPROB: "seconds spent by the estimator computing pi_old (its cost)",
+    TIME_UPDATE: "seconds spent in the PPO updates",
+    TIME_DIAGNOSTICS: "seconds spent on diagnostics that are not part of the estimator",
+    TIME_STEP: "wall seconds of the whole step",
+    TOKENS_PER_S: "generated response tokens per second of rollout",
+}
+
+# Tags every run carries (MLflow tags), used by analysis for grouping.
+RUN_TAGS = ("estimator", "n", "clip_c", "seed", "backend", "model", "task", "spec_sig", "git_commit")
+
+
+def markdown_table() -> str:
+    rows = ["| metric | meaning |", "|---|---|"]
+    rows += [f"| `{k}` | {v} |" for k, v in CATALOGUE.items()]
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(markdown_table())
