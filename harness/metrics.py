@@ -43,7 +43,7 @@ CATALOGUE: dict[str, str] = {
     REWARD_STD: "std of the reward over the rollout batch",
     REWARD_ACCURACY: "share of responses that are exactly right",
     POLICY_LOSS: "PPO-clipped loss, mean over the minibatch updates (non-finite = collapse)",
-    POLICY_ENTROPY: "mean per-token entropy of the training policy (first minibatch pass)",
+    POLICY_ENTROPY: "mean per-token entropy of the training policy over the first epoch of updates",
     POLICY_GRAD_NORM: "gradient norm before clipping, mean over the updates",
     POLICY_CLIPFRAC: "share of tokens whose ratio was clipped",
     POLICY_APPROX_KL: "k3 estimate of KL(pi_old || pi_new) during the update",

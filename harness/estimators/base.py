@@ -40,6 +40,12 @@ class OldPolicy:
     router_logp: Tensor | None = None  # [B, R, L, E] pre-update router log-probs (RAIS)
     selected: Tensor | None = None  # [B, R, L, k] pre-update top-k (RAIS)
 
+    def select(self, idx: Tensor) -> "OldPolicy":
+        """The rows ``idx`` of every tensor (a minibatch)."""
+        pick = lambda t: None if t is None else t[idx]  # noqa: E731
+        return OldPolicy(pick(self.logp), pick(self.weight), pick(self.mask), pick(self.replay),
+                         pick(self.router_logp), pick(self.selected))
+
 
 class OldPolicyContext(Protocol):
     """Lazy access to the quantities an estimator may use (see trainer.OldPolicyContext)."""

@@ -1,0 +1,242 @@
+"""One run: ``python -m harness.run [key=value ...] [--dry-run]``.
+
+The spec is composed with Hydra from ``experiments/`` and validated into a ``RunConfig`` before
+anything runs: a bad value prints one error naming the key and what is allowed, exits with status
+2, and creates no MLflow run. ``execute(cfg)`` is the API the launchers call: it trains (or
+resumes, from ``run_dir/checkpoint.pt``, into the same MLflow run) and returns a ``RunSummary``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+from harness.config import ROOT, ConfigError, RunConfig
+
+USAGE = """usage: python -m harness.run [OVERRIDE ...] [--dry-run] [--print-config]
+
+Overrides are Hydra's key=value, e.g.
+  estimator=mean_n estimator.n=8 seed=3
+  estimator=tis estimator.clip_c=2 estimator.level=sequence task=addition
+Groups: estimator, model, task, backend (options: the YAML files in experiments/<group>/).
+--dry-run       validate, print the resolved spec (backend=verl: the verl command) and stop
+--print-config  print the resolved spec as YAML and stop"""
+
+SUMMARY_FILE = "summary.json"
+CHECKPOINT_FILE = "checkpoint.pt"
+SMOOTH = 10  # steps of the moving average behind final/peak reward in the summary
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    signature: str
+    status: str  # finished | diverged | pruned
+    steps_done: int
+    final_reward: float
+    peak_reward: float
+    time_per_step_s: float
+
+    def line(self, cfg: RunConfig) -> str:
+        e = cfg.estimator
+        knobs = ",".join(f"{k}={v}" for k, v in (("n", e.n), ("C", e.clip_c), ("level", e.level)) if v is not None)
+        label = f"{e.name}({knobs})" if knobs else e.name
+        return (f"{label} seed={cfg.seed} {cfg.task.name}/{cfg.model.name}: {self.status} after {self.steps_done} steps, "
+                f"final reward {self.final_reward:.3f} (peak {self.peak_reward:.3f}), {self.time_per_step_s:.2f} s/step, "
+                f"mlflow run {self.run_id[:8]} sig {self.signature}")
+
+
+def git_commit() -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=ROOT).returncode != 0
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def run_tags(cfg: RunConfig) -> dict[str, str]:
+    na = lambda v: "na" if v is None else str(v)  # noqa: E731
+    e = cfg.estimator
+    return {
+        "estimator": e.name, "n": na(e.n), "clip_c": na(e.clip_c), "level": na(e.level), "seed": str(cfg.seed),
+        "backend": cfg.backend.name, "model": cfg.model.name, "model_kind": cfg.model.kind, "task": cfg.task.name,
+        "spec_sig": cfg.signature, "git_commit": git_commit(),
+    }
+
+
+def flat(d: dict, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flat(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _smoothed(xs: list[float]) -> list[float]:
+    return [sum(xs[max(0, i - SMOOTH + 1): i + 1]) / len(xs[max(0, i - SMOOTH + 1): i + 1]) for i in range(len(xs))]
+
+
+def _device(cfg: RunConfig):
+    import torch
+
+    if cfg.backend.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if cfg.backend.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("backend.device", "cuda requested but no CUDA device is available; allowed here: cpu, auto")
+    return torch.device(cfg.backend.device)
+
+
+def execute(cfg: RunConfig, on_step: Callable[[int, dict[str, float]], bool] | None = None, rerun: bool = False,
+            tags: dict[str, str] | None = None, progress: bool = True) -> RunSummary:
+    """Train (or resume, or return the finished result of) the run ``cfg``."""
+    import torch
+    import yaml
+    from tqdm import tqdm
+
+    from harness import metrics as M
+    from harness.backends.local.trainer import LocalTrainer
+    from harness.tracking import Tracker
+
+    run_dir = cfg.run_dir
+    summary_path, ckpt_path = run_dir / SUMMARY_FILE, run_dir / CHECKPOINT_FILE
+    if summary_path.exists() and not rerun:
+        return RunSummary(**json.loads(summary_path.read_text()))
+    if rerun:
+        for p in (summary_path, ckpt_path):
+            p.unlink(missing_ok=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(cfg.backend.threads)
+    torch.manual_seed(cfg.seed)
+    device = _device(cfg)
+
+    trainer = LocalTrainer(cfg, device)
+    state = torch.load(ckpt_path, weights_only=False) if ckpt_path.exists() else None
+    if state is not None:
+        trainer.load_state_dict(state["trainer"])
+        tracker = Tracker(cfg.tracking_uri, cfg.tracking.experiment, run_id=state["run_id"])
+        rewards = state["rewards"]
+        if tags:
+            tracker.set_tags(tags)
+    else:
+        all_tags = {**run_tags(cfg), **(tags or {})}
+        tracker = Tracker(cfg.tracking_uri, cfg.tracking.experiment, run_name=cfg.tracking.run_name, tags=all_tags)
+        tracker.log_params({**flat(cfg.to_dict()), "warmstart.steps": trainer.warmstart["steps"],
+                            "warmstart.reward": trainer.warmstart["reward"]})
+        spec = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+        tracker.log_text(spec, "spec.yaml")
+        (run_dir / "spec.yaml").write_text(spec)
+        rewards = []
+    logged = tracker.last_logged_step(M.REWARD_MEAN) if state is not None else -1
+
+    def save_checkpoint() -> None:
+        tmp = ckpt_path.with_suffix(".tmp")
+        torch.save({"trainer": trainer.state_dict(), "run_id": tracker.run_id, "rewards": rewards}, tmp)
+        tmp.replace(ckpt_path)
+
+    status, times = "finished", []
+    bar = tqdm(total=cfg.trainer.steps, initial=trainer.step, desc=cfg.estimator.name, disable=not progress,
+               dynamic_ncols=True, leave=False)
+    try:
+        while trainer.step < cfg.trainer.steps:
+            step = trainer.step
+            values = trainer.run_step()
+            rewards.append(values[M.REWARD_MEAN])
+            times.append(values[M.TIME_STEP])
+            if step > logged:  # a resumed run recomputes identical steps; log each once
+                tracker.log_step(step, values)
+            bar.update(1)
+            bar.set_postfix(reward=f"{values[M.REWARD_MEAN]:.3f}", k3=f"{values[M.MISMATCH_K3]:.1e}")
+            if not math.isfinite(values[M.POLICY_LOSS]):
+                status = "diverged"
+                break
+            if on_step is not None and on_step(step, values):
+                status = "pruned"
+                break
+            if cfg.trainer.checkpoint_every and trainer.step % cfg.trainer.checkpoint_every == 0:
+                save_checkpoint()
+    except BaseException:
+        tracker.finish("KILLED")
+        raise
+    finally:
+        bar.close()
+
+    smooth = _smoothed(rewards)
+    summary = RunSummary(
+        run_id=tracker.run_id, signature=cfg.signature, status=status, steps_done=trainer.step,
+        final_reward=smooth[-1] if smooth else float("nan"), peak_reward=max(smooth, default=float("nan")),
+        time_per_step_s=sum(times) / len(times) if times else float("nan"),
+    )
+    tracker.set_tags({"status": status})
+    tracker.log_step(trainer.step, {"summary/final_reward": summary.final_reward,
+                                    "summary/peak_reward": summary.peak_reward,
+                                    "summary/time_per_step_s": summary.time_per_step_s})
+    tracker.log_text(json.dumps(asdict(summary), indent=2), SUMMARY_FILE)
+    tracker.finish("FINISHED")
+    summary_path.write_text(json.dumps(asdict(summary), indent=2))
+    ckpt_path.unlink(missing_ok=True)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help") for a in argv):
+        print(USAGE)
+        return 0
+    dry = "--dry-run" in argv
+    show = "--print-config" in argv
+    flags = [a for a in argv if a.startswith("--")]
+    unknown = [f for f in flags if f not in ("--dry-run", "--print-config")]
+    if unknown:
+        print(f"error: unknown option {unknown[0]}\n{USAGE}", file=sys.stderr)
+        return 2
+    overrides = [a for a in argv if not a.startswith("--")]
+    from harness.config import load
+
+    try:
+        cfg = load(overrides)
+        if cfg.backend.name == "verl":
+            from harness.backends import verl as verl_backend
+
+            if dry:
+                print(shlex.join(verl_backend.command(cfg)))
+                return 0
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if dry or show:
+        import yaml
+
+        print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
+        print(f"# signature: {cfg.signature}")
+        return 0
+    try:
+        if cfg.backend.name == "verl":
+            verl_backend.train(cfg)
+            return 0
+        summary = execute(cfg)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        from harness.tracking import TrackingError
+
+        if isinstance(exc, TrackingError):
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        raise
+    print(summary.line(cfg))
+    return 0 if summary.status != "diverged" else 3
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
