@@ -1,9 +1,188 @@
-"""Typed knobs of the verl backend (filled in by the verl backend work)."""
+"""Typed knobs of the verl backend (``RunConfig.verl``) and its checks.
+
+Everything else a verl run needs comes from the shared spec (estimator, model, task, trainer,
+inference, tracking): ``translate.py`` maps it onto verl's ``ppo_trainer.yaml``. This section only
+holds what has no counterpart there: the training strategy and parallelism (set by the model
+presets in ``experiments/model/``), the cluster shape, the data files (task presets) and a few
+verl-only switches.
+
+``validate(cfg)`` is called by ``harness.config.validate`` when ``backend.name == "verl"``. Every
+combination that verl cannot run (R3 on FSDP, a model without a checkpoint, sampler settings that
+make mean_n's re-scoring biased, ...) raises :class:`harness.config.ConfigError` here, before any
+job is submitted.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:  # pragma: no cover
+    from harness.config import RunConfig
+
+STRATEGIES = ("fsdp", "fsdp2", "megatron")
+ROLLOUT_ENGINES = ("vllm",)
+#: tasks the verl backend can train on: gsm8k (verl's rule reward), and the harness's own generated
+#: tasks rendered as text prompts with a rule reward (harness/backends/verl/reward.py)
+VERL_TASKS = ("gsm8k", "sort", "addition")
+#: learning rates above this are the local backend's defaults leaking into an LLM run
+MAX_LLM_LR = 1e-4
+
+
+@dataclass
+class VerlParallelConfig:
+    """How one model is split over GPUs (set by the model preset)."""
+
+    tp: int = 1  # training tensor parallel (megatron)
+    pp: int = 1  # training pipeline parallel (megatron)
+    cp: int = 1  # training context parallel (megatron)
+    ep: int = 1  # training expert parallel (megatron, MoE)
+    etp: Optional[int] = None  # expert tensor parallel (megatron; null = verl's default)
+    param_offload: bool = False
+    optimizer_offload: bool = False
+    gradient_checkpointing: bool = True
+    use_remove_padding: bool = True
+    micro_batch_per_gpu: int = 4  # actor update and log-prob micro batch (when use_dynamic_bsz is false)
+    use_dynamic_bsz: bool = False  # pack micro batches by tokens instead
+    max_token_len_per_gpu: int = 16384  # token budget per micro batch when use_dynamic_bsz
+    rollout_tp: int = 1  # vLLM tensor parallel per replica
+    rollout_ep: int = 1  # vLLM expert parallel per replica
+    gpu_memory_utilization: float = 0.6  # share of GPU memory vLLM may take (colocated with training)
+
+
+@dataclass
+class VerlDataConfig:
+    """Where the prompts come from (prepared beforehand by ``python -m harness.backends.verl.data``)."""
+
+    root: str = "data/verl"  # relative to the project root, or absolute (a shared filesystem on a cluster)
+    train_files: Optional[str] = None  # null = <root>/<task dir>/train.parquet
+    val_files: Optional[str] = None  # null = <root>/<task dir>/test.parquet
+    max_prompt_length: int = 512
+    max_response_length: int = 1024
+    reward: Optional[str] = None  # "file.py:function" custom reward; null = the task's default
 
 
 @dataclass
 class VerlConfig:
-    pass
+    strategy: str = "fsdp"  # fsdp | fsdp2 | megatron (R3 and RAIS need megatron)
+    rollout: str = "vllm"
+    nnodes: int = 1
+    gpus_per_node: int = 8
+    parallel: VerlParallelConfig = field(default_factory=VerlParallelConfig)
+    data: VerlDataConfig = field(default_factory=VerlDataConfig)
+    #: verl's dual-clip bound for negative advantages; null = off, as in the harness's loss (DESIGN 2)
+    dual_clip_c: Optional[float] = None
+    val_every: int = 0  # validation every k steps (0 = never)
+    #: RAIS needs router log-probs inside verl's loss, which verl 0.9.1 does not pass (docs/verl.md)
+    experimental_rais: bool = False
+    #: passed to the tokenizer's chat template, e.g. {enable_thinking: false} for Qwen3 (model presets)
+    chat_template_kwargs: dict = field(default_factory=dict)
+    #: raw verl overrides appended last, e.g. ["actor_rollout_ref.rollout.enforce_eager=True"]
+    extra_overrides: list = field(default_factory=list)
+
+
+def _err(key: str, message: str):
+    from harness.config import ConfigError
+
+    return ConfigError(key, message)
+
+
+def _require(ok: bool, key: str, message: str) -> None:
+    if not ok:
+        raise _err(key, message)
+
+
+def validate(cfg: "RunConfig") -> "RunConfig":
+    """Checks of a ``backend=verl`` spec that verl itself would only make on the cluster (or never)."""
+    v, e, m, t, i, tr = cfg.verl, cfg.estimator, cfg.model, cfg.task, cfg.inference, cfg.trainer
+    p, d = v.parallel, v.data
+
+    _require(v.strategy in STRATEGIES, "verl.strategy",
+             f"unknown value {v.strategy!r}; allowed: {', '.join(STRATEGIES)}")
+    _require(v.rollout in ROLLOUT_ENGINES, "verl.rollout",
+             f"unknown value {v.rollout!r}; allowed: {', '.join(ROLLOUT_ENGINES)}")
+    for key in ("nnodes", "gpus_per_node"):
+        _require(getattr(v, key) >= 1, f"verl.{key}", f"must be >= 1, got {getattr(v, key)}")
+    for key in ("tp", "pp", "cp", "ep", "micro_batch_per_gpu", "max_token_len_per_gpu", "rollout_tp", "rollout_ep"):
+        _require(getattr(p, key) >= 1, f"verl.parallel.{key}", f"must be >= 1, got {getattr(p, key)}")
+    if p.etp is not None:
+        _require(p.etp >= 1, "verl.parallel.etp", f"must be >= 1 or null, got {p.etp}")
+    _require(0 < p.gpu_memory_utilization < 1, "verl.parallel.gpu_memory_utilization",
+             f"must be in (0, 1), got {p.gpu_memory_utilization}")
+    n_gpus = v.nnodes * v.gpus_per_node
+    if v.strategy == "megatron":
+        mp = p.tp * p.pp * p.cp
+        _require(n_gpus % mp == 0, "verl.parallel.tp",
+                 f"tp*pp*cp = {p.tp}*{p.pp}*{p.cp} = {mp} must divide the {n_gpus} GPUs")
+        _require(n_gpus % p.ep == 0, "verl.parallel.ep",
+                 f"expert parallel {p.ep} must divide the {n_gpus} GPUs")
+    else:
+        for key in ("tp", "pp", "cp", "ep"):
+            _require(getattr(p, key) == 1, f"verl.parallel.{key}",
+                     f"model parallelism is a megatron setting; with verl.strategy={v.strategy} it must be 1")
+    _require(n_gpus % p.rollout_tp == 0 and p.rollout_tp <= n_gpus, "verl.parallel.rollout_tp",
+             f"vLLM tensor parallel {p.rollout_tp} must divide the {n_gpus} GPUs")
+    _require(v.gpus_per_node % p.rollout_tp == 0 or p.rollout_tp % v.gpus_per_node == 0, "verl.parallel.rollout_tp",
+             f"a vLLM replica of tp={p.rollout_tp} must fit a whole number of {v.gpus_per_node}-GPU nodes")
+    if v.dual_clip_c is not None:
+        _require(v.dual_clip_c > 1, "verl.dual_clip_c", f"must be > 1 or null (off), got {v.dual_clip_c}")
+    _require(v.val_every >= 0, "verl.val_every", f"must be >= 0, got {v.val_every}")
+    _require(isinstance(v.extra_overrides, list) and all(isinstance(x, str) and "=" in x for x in v.extra_overrides),
+             "verl.extra_overrides", "must be a list of 'key=value' strings")
+    _require(isinstance(v.chat_template_kwargs, dict), "verl.chat_template_kwargs", "must be a mapping")
+    _require(d.max_prompt_length >= 1 and d.max_response_length >= 1, "verl.data.max_response_length",
+             "prompt and response lengths must be >= 1")
+    if d.reward is not None:
+        _require(d.reward.count(":") == 1 and d.reward.split(":")[0].endswith(".py"), "verl.data.reward",
+                 f"must be 'path/to/file.py:function', got {d.reward!r}")
+
+    # model: verl trains a Hugging Face checkpoint
+    _require(bool(m.path), "model.path",
+             f"model {m.name} has no checkpoint (model.path is null); the verl backend trains a Hugging Face "
+             "model: pick a preset with a path (e.g. model=qwen3_30b_a3b or model=qwen3_4b) or set model.path")
+    _require(t.name in VERL_TASKS, "task", f"the verl backend has no data for task {t.name!r}; allowed: {', '.join(VERL_TASKS)}")
+
+    # estimators
+    if e.name == "r3":
+        _require(v.strategy == "megatron", "estimator",
+                 f"r3 (rollout routing replay) runs only on verl's megatron engine "
+                 f"(actor.megatron.router_replay.mode=R3); verl.strategy={v.strategy} has no router replay. "
+                 "Use a megatron model preset (model=qwen3_30b_a3b) or set verl.strategy=megatron")
+    if e.name == "rais":
+        _require(v.strategy == "megatron", "estimator",
+                 f"rais needs the MoE router's probabilities from verl's megatron engine; verl.strategy={v.strategy}")
+        _require(v.experimental_rais, "estimator",
+                 "rais on verl: the policy loss 'harness_rais' is registered and tested on CPU, but verl 0.9.1 does "
+                 "not pass router log-probs to policy losses, so a run stops at its first update (docs/verl.md, "
+                 "'RAIS'). Set verl.experimental_rais=true once your verl provides them")
+    if e.name == "mean_n":
+        _require(e.n is not None and e.n >= 1, "estimator.n", f"must be an integer >= 1, got {e.n}")
+        _require(i.temperature == 1.0 and i.top_k == 0, "inference.temperature",
+                 "mean_n re-scores with vLLM prompt_logprobs, which are the model's raw distribution: with "
+                 f"temperature={i.temperature}, top_k={i.top_k} they would not be the sampling distribution. "
+                 "Use temperature 1.0 and top_k 0 with mean_n on verl")
+
+    # the local engine's perturbation knobs have no vLLM counterpart
+    for key, off in (("router_noise_sigma", 0.0), ("logit_noise_sigma", 0.0), ("bias_delta", 1.0)):
+        _require(getattr(i, key) == off, f"inference.{key}",
+                 f"controlled perturbations exist only in the local inference engine; on verl it must stay {off}")
+    _require(i.batch_variance or i.deterministic or e.name == "deterministic", "inference.batch_variance",
+             "vLLM is batch-invariant only in full-determinism mode: set inference.deterministic=true "
+             "(or leave batch_variance true)")
+    _require(i.dtype in ("bfloat16", "float16"), "inference.dtype",
+             f"vLLM rollouts on verl run in bfloat16 or float16, got {i.dtype}")
+
+    # trainer -> verl batch geometry
+    _require(tr.prompts_per_step % tr.num_minibatches == 0, "trainer.num_minibatches",
+             f"verl splits the {tr.prompts_per_step} prompts of a step into mini-batches of whole prompt groups: "
+             f"num_minibatches={tr.num_minibatches} must divide prompts_per_step")
+    seqs = tr.prompts_per_step * tr.group_size
+    if v.strategy != "megatron" and not p.use_dynamic_bsz:
+        _require(seqs % n_gpus == 0, "trainer.prompts_per_step",
+                 f"prompts_per_step*group_size = {seqs} sequences must split evenly over {n_gpus} GPUs")
+    _require(tr.lr <= MAX_LLM_LR, "trainer.lr",
+             f"{tr.lr} is a learning rate for the tiny local model; for an LLM on verl use e.g. trainer.lr=1e-6 "
+             f"(limit {MAX_LLM_LR})")
+    if tr.max_grad_norm is not None:
+        _require(math.isfinite(tr.max_grad_norm), "trainer.max_grad_norm", "must be finite or null")
+    return cfg

@@ -1,0 +1,247 @@
+"""A harness spec -> the ``python -m verl.trainer.main_ppo`` Hydra overrides that run it.
+
+Every key below is a key of verl 0.9.1's own ``trainer/config/ppo_trainer.yaml`` (plus the
+``model_engine=megatron`` group switch); ``tests/backends/verl`` composes each estimator's list
+with that file through Hydra and runs verl's config validation on it, so a typo fails a test.
+
+Estimator mapping (DESIGN.md section 8):
+
+===============  ==========================================================================
+rollout          ``algorithm.rollout_correction.bypass_mode=true`` (old := rollout log-prob)
+recompute        decoupled mode (verl's default): old := actor forward, no IS weight
+tis              ``rollout_is=<level>``, ``rollout_is_threshold=C``
+mis              ``rollout_is=<level>``, ``rollout_is_threshold="1e-9_C"`` (weight rho*1[rho<=C])
+                 + ``rollout_rs=seq_sum_k1|token_k1``, ``rollout_rs_threshold="1/C_inf"`` (mask)
+icepop           ``rollout_is=token``, ``rollout_is_threshold="alpha_beta"``
+r3               megatron ``router_replay.mode=R3`` + ``rollout.enable_rollout_routing_replay``
+deterministic    bypass mode + ``rollout.full_determinism=true`` (batch-invariant vLLM)
+mean_n           bypass mode + our agent loop ``harness_mean_n`` (plugins/mean_n.py): the rollout
+                 log-prob it returns is log-mean-exp of n vLLM ``prompt_logprobs`` re-scorings
+rais             policy loss ``harness_rais`` (plugins/rais.py), decoupled mode
+===============  ==========================================================================
+
+Our code reaches verl's Ray workers through ``VERL_USE_EXTERNAL_MODULES`` (read by
+``verl/__init__.py`` in every process that imports verl), set both in the launching environment
+and in Ray's ``runtime_env``.
+"""
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.config import ROOT, RunConfig
+
+PLUGIN_MODULE = "harness.backends.verl.plugins"
+MEAN_N_AGENT_LOOP = "harness_mean_n"
+RAIS_LOSS = "harness_rais"
+GAMMA_MIN_ENV = "HARNESS_RAIS_GAMMA_MIN"
+ENTRYPOINT = ("-m", "verl.trainer.main_ppo")
+REWARD_FILE = Path(__file__).with_name("reward.py")
+#: the MIS weight's lower IcePop-style bound: below verl's exp(-20) safety floor, so only C masks
+MIS_LOWER = "1e-9"
+#: bypass estimators take pi_old from the rollout (no training forward)
+BYPASS = ("rollout", "deterministic", "mean_n")
+CHECKPOINT_DIR = "verl_checkpoints"
+
+_SAFE = re.compile(r"[A-Za-z_/][A-Za-z0-9_./\-]*")
+_RESERVED = {"true", "false", "null", "none", "inf", "nan"}
+
+
+def hydra_value(value: Any) -> str:
+    """A Python value as a Hydra override value that parses back to the same value and type."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    if isinstance(value, str):
+        if _SAFE.fullmatch(value) and value.lower() not in _RESERVED:
+            return value
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    raise TypeError(f"no Hydra form for {value!r}")
+
+
+def _kv(items: list[tuple[str, Any]]) -> list[str]:
+    return [f"{k}={hydra_value(v)}" for k, v in items]
+
+
+# --------------------------------------------------------------------------------- sections
+def rollout_correction(cfg: RunConfig) -> dict[str, Any]:
+    """``algorithm.rollout_correction`` for the estimator (verl's RolloutCorrectionConfig fields)."""
+    e = cfg.estimator
+    rc: dict[str, Any] = {"bypass_mode": e.name in BYPASS, "loss_type": "ppo_clip", "rollout_is": None,
+                          "rollout_is_threshold": 2.0, "rollout_is_batch_normalize": False,
+                          "rollout_rs": None, "rollout_rs_threshold": None}
+    if e.name == "tis":
+        rc.update(rollout_is=e.level, rollout_is_threshold=float(e.clip_c))
+    elif e.name == "icepop":
+        rc.update(rollout_is="token", rollout_is_threshold=f"{float(e.alpha)!r}_{float(e.beta)!r}")
+    elif e.name == "mis":
+        # weight rho * 1[rho <= C] (IcePop-style band [1e-9, C]) and the rejected sequences (tokens)
+        # leave the loss denominator: k1 = -log rho in [log(1/C), +inf)  <=>  rho <= C
+        rc.update(rollout_is=e.level, rollout_is_threshold=f"{MIS_LOWER}_{float(e.clip_c)!r}",
+                  rollout_rs="token_k1" if e.level == "token" else "seq_sum_k1",
+                  rollout_rs_threshold=f"{1.0 / float(e.clip_c)!r}_inf")
+    return rc
+
+
+def data_dir(cfg: RunConfig) -> Path:
+    """Folder of the task's prepared parquet files (``python -m harness.backends.verl.data``)."""
+    root = Path(cfg.verl.data.root)
+    root = root if root.is_absolute() else ROOT / root
+    t = cfg.task
+    return root / ("gsm8k" if t.name == "gsm8k" else f"{t.name}_L{t.length}")
+
+
+def data_files(cfg: RunConfig) -> tuple[str, str]:
+    d = cfg.verl.data
+    base = data_dir(cfg)
+    return d.train_files or str(base / "train.parquet"), d.val_files or str(base / "test.parquet")
+
+
+def run_name(cfg: RunConfig) -> str:
+    e = cfg.estimator
+    knob = "".join(f"-{k}{v:g}" for k, v in (("n", e.n), ("C", e.clip_c)) if v is not None)
+    return cfg.tracking.run_name or f"{e.name}{knob}-s{cfg.seed}-{cfg.signature}"
+
+
+def git_commit() -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=ROOT).returncode != 0
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def run_tags(cfg: RunConfig, commit: str | None = None) -> dict[str, str]:
+    """The MLflow tags of DESIGN.md section 6 (``harness.metrics.RUN_TAGS``), for verl's run."""
+    na = lambda v: "na" if v is None else str(v)  # noqa: E731
+    e = cfg.estimator
+    return {"estimator": e.name, "n": na(e.n), "clip_c": na(e.clip_c), "level": na(e.level), "seed": str(cfg.seed),
+            "backend": "verl", "model": cfg.model.name, "model_kind": cfg.model.kind, "task": cfg.task.name,
+            "spec_sig": cfg.signature, "git_commit": commit if commit is not None else git_commit()}
+
+
+def environment(cfg: RunConfig) -> dict[str, str]:
+    """Environment of the driver (``main_ppo``); the same reaches every Ray worker via runtime_env."""
+    env = {"VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE, "MLFLOW_TRACKING_URI": cfg.tracking_uri}
+    if cfg.estimator.name == "rais":
+        env[GAMMA_MIN_ENV] = repr(float(cfg.estimator.gamma_min))
+    return env
+
+
+def overrides(cfg: RunConfig, commit: str | None = None, env: dict[str, str] | None = None) -> list[str]:
+    """The override list for ``python -m verl.trainer.main_ppo``."""
+    e, m, t, i, tr, v = cfg.estimator, cfg.model, cfg.task, cfg.inference, cfg.trainer, cfg.verl
+    p, d = v.parallel, v.data
+    megatron = v.strategy == "megatron"
+    train_files, val_files = data_files(cfg)
+    A, R = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
+    out: list[tuple[str, Any]] = []
+
+    # algorithm: GRPO, no KL (the harness's loss has none), the estimator's rollout correction
+    out += [("algorithm.adv_estimator", "grpo"), ("algorithm.norm_adv_by_std_in_grpo", True),
+            ("algorithm.use_kl_in_reward", False)]
+    out += [(f"algorithm.rollout_correction.{k}", val) for k, val in rollout_correction(cfg).items()]
+
+    # data
+    out += [("data.train_files", train_files), ("data.val_files", val_files),
+            ("data.train_batch_size", tr.prompts_per_step), ("data.max_prompt_length", d.max_prompt_length),
+            ("data.max_response_length", d.max_response_length), ("data.filter_overlong_prompts", True),
+            ("data.truncation", "error"), ("data.seed", cfg.seed)]
+    out += [(f"++data.apply_chat_template_kwargs.{k}", val) for k, val in v.chat_template_kwargs.items()]
+
+    # model
+    out += [("actor_rollout_ref.model.path", m.path), ("actor_rollout_ref.model.use_remove_padding", p.use_remove_padding),
+            ("actor_rollout_ref.model.enable_gradient_checkpointing", p.gradient_checkpointing)]
+
+    # actor (training engine) and its PPO loss
+    bsz = [(f"{A}.ppo_micro_batch_size_per_gpu", p.micro_batch_per_gpu), (f"{A}.use_dynamic_bsz", p.use_dynamic_bsz),
+           (f"{A}.ppo_max_token_len_per_gpu", p.max_token_len_per_gpu)]
+    out += [(f"{A}.ppo_mini_batch_size", tr.prompts_per_step // tr.num_minibatches), *bsz,
+            (f"{A}.ppo_epochs", tr.ppo_epochs), (f"{A}.clip_ratio", tr.clip_eps),
+            (f"{A}.clip_ratio_low", tr.clip_eps), (f"{A}.clip_ratio_high", tr.clip_eps),
+            (f"{A}.clip_ratio_c", float(v.dual_clip_c) if v.dual_clip_c is not None else 1.0e30),
+            (f"{A}.loss_agg_mode", "token-mean"), (f"{A}.entropy_coeff", tr.entropy_coef),
+            (f"{A}.use_kl_loss", False), (f"{A}.optim.lr", tr.lr), (f"{A}.optim.weight_decay", tr.weight_decay),
+            (f"{A}.optim.clip_grad", float(tr.max_grad_norm) if tr.max_grad_norm is not None else math.inf),
+            (f"{A}.data_loader_seed", cfg.seed),
+            (f"{A}.policy_loss.loss_mode", RAIS_LOSS if e.name == "rais" else "vanilla")]
+    if megatron:
+        M = f"{A}.megatron"
+        out += [(f"{M}.tensor_model_parallel_size", p.tp), (f"{M}.pipeline_model_parallel_size", p.pp),
+                (f"{M}.context_parallel_size", p.cp), (f"{M}.expert_model_parallel_size", p.ep),
+                (f"{M}.expert_tensor_parallel_size", p.etp), (f"{M}.param_offload", p.param_offload),
+                (f"{M}.optimizer_offload", p.optimizer_offload), (f"{M}.seed", cfg.seed),
+                (f"{M}.router_replay.mode", "R3" if e.name == "r3" else "disabled")]
+    else:
+        F = f"{A}.fsdp_config"
+        out += [(f"{A}.strategy", v.strategy), (f"{F}.param_offload", p.param_offload),
+                (f"{F}.optimizer_offload", p.optimizer_offload), (f"{F}.seed", cfg.seed)]
+
+    # rollout (vLLM): sampler, log-prob semantics, determinism, routing capture
+    deterministic = i.deterministic or e.name == "deterministic"
+    out += [(f"{R}.name", v.rollout), (f"{R}.n", tr.group_size), (f"{R}.temperature", i.temperature),
+            (f"{R}.top_k", i.top_k if i.top_k > 0 else -1), (f"{R}.top_p", 1.0),
+            (f"{R}.logprobs_mode", "processed_logprobs" if i.logprobs_mode == "processed" else "raw_logprobs"),
+            (f"{R}.calculate_log_probs", True), (f"{R}.dtype", i.dtype),
+            (f"{R}.tensor_model_parallel_size", p.rollout_tp), (f"{R}.expert_parallel_size", p.rollout_ep),
+            (f"{R}.gpu_memory_utilization", p.gpu_memory_utilization),
+            (f"{R}.log_prob_micro_batch_size_per_gpu", p.micro_batch_per_gpu),
+            (f"{R}.full_determinism", deterministic), (f"{R}.seed", cfg.seed),
+            (f"{R}.enable_rollout_routing_replay", e.name == "r3"),
+            (f"{R}.agent.default_agent_loop", MEAN_N_AGENT_LOOP if e.name == "mean_n" else "single_turn_agent")]
+
+    # reward: verl's rule reward for gsm8k (by data_source), ours for the generated tasks
+    if d.reward is not None:
+        path, _, fn = d.reward.partition(":")
+        path = str(Path(path) if Path(path).is_absolute() else ROOT / path)
+        out += [("reward.custom_reward_function.path", path), ("reward.custom_reward_function.name", fn)]
+    elif t.name in ("sort", "addition"):
+        out += [("reward.custom_reward_function.path", str(REWARD_FILE)),
+                ("reward.custom_reward_function.name", "compute_score"),
+                ("+reward.custom_reward_function.reward_kwargs.mode", t.reward)]
+
+    # trainer: cluster shape, steps, checkpoints (resume_mode=auto: a requeued job resumes), tracking
+    out += [("trainer.logger", ["console", "mlflow"]), ("trainer.project_name", cfg.tracking.experiment),
+            ("trainer.experiment_name", run_name(cfg)), ("trainer.nnodes", v.nnodes),
+            ("trainer.n_gpus_per_node", v.gpus_per_node), ("trainer.total_training_steps", tr.steps),
+            ("trainer.total_epochs", 100000), ("trainer.critic_warmup", 0),
+            ("trainer.save_freq", tr.checkpoint_every if tr.checkpoint_every > 0 else -1),
+            ("trainer.max_actor_ckpt_to_keep", 1), ("trainer.resume_mode", "auto"),
+            ("trainer.default_local_dir", str(cfg.run_dir / CHECKPOINT_DIR)),
+            ("trainer.test_freq", v.val_every if v.val_every > 0 else -1), ("trainer.val_before_train", v.val_every > 0)]
+
+    # our block (read by the plugins: MLflow tags, mean_n's n) and the workers' environment
+    out += [("+harness.estimator", e.name), ("+harness.signature", cfg.signature)]
+    if e.name == "mean_n":
+        out += [("+harness.mean_n", e.n)]
+    out += [(f"+harness.tags.{k}", val) for k, val in run_tags(cfg, commit).items()]
+    for k, val in sorted((env if env is not None else environment(cfg)).items()):
+        out.append((f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}", str(val)))
+
+    items = _kv(out)
+    if megatron:
+        items.insert(0, "model_engine=megatron")
+    return items + list(v.extra_overrides)
+
+
+def command(cfg: RunConfig, commit: str | None = None, python: str | None = None,
+            env: dict[str, str] | None = None) -> list[str]:
+    """``env K=V ... python -m verl.trainer.main_ppo OVERRIDE ...`` as an argv list (shlex.join to paste)."""
+    env = environment(cfg) if env is None else env
+    prefix = ["env", *(f"{k}={val}" for k, val in sorted(env.items()))]
+    return [*prefix, python or sys.executable, *ENTRYPOINT, *overrides(cfg, commit, env)]
