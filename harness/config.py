@@ -67,7 +67,7 @@ class WarmStartConfig:
     max_steps: int = 400
     lr: float = 3e-3
     batch_size: int = 64
-    eval_every: int = 10
+    eval_every: int = 5
 
 
 @dataclass

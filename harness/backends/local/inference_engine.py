@@ -89,9 +89,10 @@ class InferenceEngine:
         probs = torch.softmax(logits, -1)
         gates, selected = probs.topk(mc.top_k, dim=-1)
         gates = (gates / gates.sum(-1, keepdim=True)).to(self.dtype)
-        wg, wu, wd = self.w[p + "w_gate"][selected], self.w[p + "w_up"][selected], self.w[p + "w_down"][selected]
-        h = F.silu(torch.einsum("nd,nkdf->nkf", x, wg)) * torch.einsum("nd,nkdf->nkf", x, wu)
-        y = torch.einsum("nkf,nkfd->nkd", h, wd) * gates[..., None]  # [N, k, d] in dtype
+        # every expert on every token (cheap at this size, no weight gathers), then pick the top-k
+        h = F.silu(torch.einsum("nd,edf->enf", x, self.w[p + "w_gate"])) * torch.einsum("nd,edf->enf", x, self.w[p + "w_up"])
+        y_all = torch.einsum("enf,efd->end", h, self.w[p + "w_down"])  # [E, N, d] in dtype
+        y = y_all[selected, torch.arange(n, device=x.device)[:, None]] * gates[..., None]  # [N, k, d]
         if not cfg.deterministic:  # random summation order per token: atomics
             order = torch.rand(n, mc.top_k, generator=call.gen, device=x.device).argsort(-1)
             y = y.gather(1, order[..., None].expand_as(y))

@@ -1,0 +1,128 @@
+"""The two engines: routing replay, determinism, noise, and what generate/score return."""
+import pytest
+import torch
+
+from harness.backends.local import train_engine
+from harness.backends.local.inference_engine import InferenceEngine
+from harness.backends.local.model import build_policy
+from harness.backends.local.tasks import Task
+from harness.backends.local.train_engine import TrainEngine
+from harness.config import load
+
+
+@pytest.fixture(scope="module")
+def setup():
+    cfg = load(["model=moe_tiny"])
+    policy = build_policy(cfg.model, seed=0)
+    task = Task(cfg.task)
+    prompts, _ = task.sample(32, torch.Generator().manual_seed(0))
+    return cfg, policy, task, prompts
+
+
+def test_generate_returns_tokens_logprobs_and_routed_experts(setup):
+    cfg, policy, task, prompts = setup
+    eng = InferenceEngine(policy, cfg.inference, seed=0)
+    roll = eng.generate(prompts, task.answer_len)
+    b, t = prompts.shape[0], task.prompt_len + task.answer_len
+    assert roll.tokens.shape == (b, t) and torch.equal(roll.tokens[:, : task.prompt_len], prompts)
+    assert roll.logp.shape == (b, task.answer_len) and torch.all(roll.logp <= 0)
+    m = cfg.model
+    assert roll.routed_experts.shape == (b, t, m.n_layers, m.top_k)
+    assert torch.all(roll.routed_experts[:, -1] == -1) and torch.all(roll.routed_experts[:, :-1] >= 0)
+    assert roll.router_logp.shape == (b, task.answer_len, m.n_layers, m.n_experts)
+
+
+def test_r3_replay_reproduces_rollout_experts_with_gradient_into_the_router(setup):
+    cfg, policy, task, prompts = setup
+    roll = InferenceEngine(policy, cfg.inference, seed=1).generate(prompts, task.answer_len)
+    own = train_engine.forward(policy, roll.tokens)
+    out = train_engine.forward(policy, roll.tokens, replay=roll.routed_experts)
+    processed = slice(0, roll.tokens.shape[1] - 1)  # every position the inference engine processed
+    assert torch.equal(out.selected[:, processed], roll.routed_experts[:, processed])
+    # without replay the training router picks other experts for some tokens (bf16 + random
+    # combine order flip near-ties): the replay is what makes them equal
+    own_sets = own.selected[:, processed].sort(-1).values
+    assert (own_sets != roll.routed_experts[:, processed].sort(-1).values).any()
+    # ... and the gates come from the training router's logits over the replayed set
+    logits = out.router_logits[:, processed]
+    sel = roll.routed_experts[:, processed]
+    expect = torch.softmax(logits.gather(-1, sel), -1)
+    _, gates = train_engine.route(logits, cfg.model.top_k, sel)
+    torch.testing.assert_close(gates, expect)
+    policy.zero_grad()
+    logp = train_engine.response_view(out, roll.tokens, task.prompt_len).logp
+    logp.sum().backward()
+    for block in policy.blocks:
+        assert block.ffn.router.grad is not None and block.ffn.router.grad.abs().sum() > 0
+    policy.zero_grad()
+
+
+def test_train_engine_is_deterministic(setup):
+    cfg, policy, task, prompts = setup
+    tokens = torch.cat([prompts, prompts[:, :5]], 1)
+    a = TrainEngine(policy).logprobs(tokens, task.prompt_len)
+    b = TrainEngine(policy).logprobs(tokens, task.prompt_len)
+    assert torch.equal(a.logp, b.logp)
+
+
+def _score_var(cfg, policy, task, prompts, **inference):
+    icfg = type(cfg.inference)(**{**cfg.inference.__dict__, **inference})
+    eng = InferenceEngine(policy, icfg, seed=2)
+    roll = eng.generate(prompts, task.answer_len)
+    return eng.score(roll.tokens, task.prompt_len, 6).var(0).mean().item()
+
+
+def test_deterministic_mode_has_zero_scoring_variance_and_default_moe_does_not(setup):
+    cfg, policy, task, prompts = setup
+    assert _score_var(cfg, policy, task, prompts, deterministic=True) == 0.0
+    assert _score_var(cfg, policy, task, prompts) > 0.0
+
+
+def test_dense_twin_has_equal_active_parameters():
+    moe = build_policy(load(["model=moe_tiny"]).model, 0)
+    dense = build_policy(load(["model=dense_tiny"]).model, 0)
+    assert moe.active_params() == dense.active_params()
+    assert sum(p.numel() for p in moe.parameters()) > sum(p.numel() for p in dense.parameters())
+
+
+def test_logprobs_modes_agree_at_temperature_one_and_differ_otherwise(setup):
+    cfg, policy, task, prompts = setup
+    roll = InferenceEngine(policy, cfg.inference, seed=3).generate(prompts, task.answer_len)
+    proc = type(cfg.inference)(**{**cfg.inference.__dict__, "deterministic": True, "temperature": 0.7})
+    raw = type(cfg.inference)(**{**proc.__dict__, "logprobs_mode": "raw"})
+    lp_proc = InferenceEngine(policy, proc, seed=0).score_once(roll.tokens, task.prompt_len)
+    lp_raw = InferenceEngine(policy, raw, seed=0).score_once(roll.tokens, task.prompt_len)
+    assert not torch.allclose(lp_proc, lp_raw)
+    one = type(cfg.inference)(**{**proc.__dict__, "temperature": 1.0})
+    one_raw = type(cfg.inference)(**{**one.__dict__, "logprobs_mode": "raw"})
+    torch.testing.assert_close(InferenceEngine(policy, one, seed=0).score_once(roll.tokens, task.prompt_len),
+                               InferenceEngine(policy, one_raw, seed=0).score_once(roll.tokens, task.prompt_len))
+
+
+def test_perturbation_knobs_change_the_inference_distribution(setup):
+    cfg, policy, task, prompts = setup
+    tokens = InferenceEngine(policy, cfg.inference, seed=4).generate(prompts, task.answer_len).tokens
+    base = type(cfg.inference)(**{**cfg.inference.__dict__, "deterministic": True})
+    ref = InferenceEngine(policy, base, seed=0).score_once(tokens, task.prompt_len)
+    for knob, value in (("router_noise_sigma", 1.0), ("logit_noise_sigma", 0.5), ("bias_delta", 0.5)):
+        icfg = type(base)(**{**base.__dict__, knob: value})
+        assert not torch.allclose(InferenceEngine(policy, icfg, seed=0).score_once(tokens, task.prompt_len), ref), knob
+    # the biased perturbation is deterministic (bias, no variance); the noise knobs are fresh per call
+    biased = InferenceEngine(policy, type(base)(**{**base.__dict__, "bias_delta": 0.5}), seed=0)
+    assert biased.score(tokens, task.prompt_len, 3).var(0).max().item() == 0.0
+    noisy = InferenceEngine(policy, type(base)(**{**base.__dict__, "logit_noise_sigma": 0.5}), seed=0)
+    assert noisy.score(tokens, task.prompt_len, 3).var(0).max().item() > 0.0
+
+
+def test_tasks_reward_partial_and_exact():
+    task = Task(load(["task=addition"]).task)
+    prompts, answers = task.sample(4, torch.Generator().manual_seed(0))
+    assert prompts.shape == (4, task.prompt_len) and answers.shape == (4, task.answer_len)
+    a = prompts[:, 1:4] @ torch.tensor([100, 10, 1])
+    b = prompts[:, 5:8] @ torch.tensor([100, 10, 1])
+    assert torch.equal(answers @ torch.tensor([1, 10, 100, 1000]), a + b)  # least significant digit first
+    wrong = answers.clone()
+    wrong[:, 0] = (wrong[:, 0] + 1) % 10
+    r, exact = task.reward(wrong, answers)
+    torch.testing.assert_close(r, torch.full((4,), 0.75))
+    assert torch.all(exact == 0) and torch.all(task.reward(answers, answers)[1] == 1)

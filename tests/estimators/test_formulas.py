@@ -1,0 +1,129 @@
+"""Each estimator against hand-computed tensors (DESIGN.md section 2)."""
+import math
+
+import pytest
+import torch
+
+from harness.config import EstimatorConfig
+from harness.estimators import NAMES, PolicyForward, build
+from harness.estimators.mean_n import log_mean_prob
+from harness.estimators.rais import rais_ratio, router_shift_gamma
+
+L = torch.log
+
+
+class Ctx:
+    """Hand-made quantities in place of the engines (the estimator math is what is tested)."""
+
+    def __init__(self, logp_roll, logp_rec, scores=None, routed=None, router_logp=None, selected=None):
+        self.logp_roll = logp_roll
+        self.mask = torch.ones_like(logp_roll)
+        self.routed_experts = routed
+        self._rec, self._scores = logp_rec, scores
+        self.router_logp, self.selected = router_logp, selected
+        self.calls = []
+
+    def recompute(self, replay=None):
+        self.calls.append(("recompute", replay))
+        return PolicyForward(self._rec, router_logp=self.router_logp, selected=self.selected)
+
+    def score(self, n):
+        self.calls.append(("score", n))
+        return self._scores[:n]
+
+
+ROLL = L(torch.tensor([[0.25, 0.30], [0.50, 0.40]]))
+REC = L(torch.tensor([[0.50, 0.90], [0.60, 0.40]]))  # ratios [[2, 3], [1.2, 1.0]]
+
+
+def est(name, **kw):
+    return build(EstimatorConfig(name=name, **kw))
+
+
+def test_registry_has_all_nine():
+    assert set(NAMES) == {"rollout", "recompute", "tis", "mis", "icepop", "r3", "mean_n", "rais", "deterministic"}
+
+
+def test_rollout_and_deterministic_use_the_sampling_logprob_and_no_training_forward():
+    for name in ("rollout", "deterministic"):
+        ctx = Ctx(ROLL, REC)
+        old = est(name).old_policy(ctx)
+        torch.testing.assert_close(old.logp, ROLL)
+        assert ctx.calls == [] and torch.all(old.weight == 1)
+    assert build(EstimatorConfig("deterministic")).requires_deterministic_inference
+    assert not build(EstimatorConfig("rollout")).requires_deterministic_inference
+
+
+def test_recompute():
+    old = est("recompute").old_policy(Ctx(ROLL, REC))
+    torch.testing.assert_close(old.logp, REC)
+    assert torch.all(old.weight == 1)
+
+
+def test_tis_token_and_sequence():
+    old = est("tis", clip_c=2.5, level="token").old_policy(Ctx(ROLL, REC))
+    torch.testing.assert_close(old.logp, REC)
+    torch.testing.assert_close(old.weight, torch.tensor([[2.0, 2.5], [1.2, 1.0]]))
+    old = est("tis", clip_c=2.5, level="sequence").old_policy(Ctx(ROLL, REC))
+    torch.testing.assert_close(old.weight, torch.tensor([[2.5, 2.5], [1.2, 1.2]]))  # min(6, 2.5), min(1.2, 2.5)
+
+
+def test_mis_masks_whole_sequences_above_c():
+    old = est("mis", clip_c=2.0, level="sequence").old_policy(Ctx(ROLL, REC))
+    torch.testing.assert_close(old.weight, torch.tensor([[0.0, 0.0], [1.2, 1.2]]))
+    torch.testing.assert_close(old.mask, torch.tensor([[0.0, 0.0], [1.0, 1.0]]))
+    old = est("mis", clip_c=2.5, level="token").old_policy(Ctx(ROLL, REC))
+    torch.testing.assert_close(old.weight, torch.tensor([[2.0, 0.0], [1.2, 1.0]]))
+
+
+def test_icepop_zeroes_outside_the_band_but_keeps_tokens_in_the_denominator():
+    roll = L(torch.tensor([[0.5, 0.4, 0.1]]))
+    rec = L(torch.tensor([[0.2, 0.4, 0.6]]))  # k = 0.4, 1.0, 6.0
+    old = est("icepop", alpha=0.5, beta=5.0).old_policy(Ctx(roll, rec))
+    torch.testing.assert_close(old.weight, torch.tensor([[0.0, 1.0, 0.0]]))
+    assert torch.all(old.mask == 1)
+
+
+def test_mean_n_is_the_log_of_the_mean_probability_not_the_mean_log():
+    scores = L(torch.tensor([[[0.2]], [[0.4]], [[0.9]], [[0.1]]]))
+    ctx = Ctx(ROLL[:1, :1], REC[:1, :1], scores=scores)
+    old = est("mean_n", n=2).old_policy(ctx)
+    torch.testing.assert_close(old.logp, L(torch.tensor([[0.3]])))
+    assert ctx.calls == [("score", 2)]
+    assert not math.isclose(old.logp.item(), math.log(math.sqrt(0.2 * 0.4)))  # geometric mean differs
+    torch.testing.assert_close(log_mean_prob(scores), L(torch.tensor([[0.4]])))
+
+
+def test_r3_replays_the_rollout_routing():
+    routed = torch.tensor([[[[1, 2]], [[0, 3]], [[-1, -1]]]])
+    ctx = Ctx(ROLL[:1], REC[:1], routed=routed)
+    old = est("r3").old_policy(ctx)
+    assert ctx.calls[0][0] == "recompute" and ctx.calls[0][1] is routed
+    assert old.replay is routed
+    with pytest.raises(ValueError, match="router"):
+        est("r3").old_policy(Ctx(ROLL, REC, routed=None))
+
+
+def test_rais_gamma_formula_and_floor():
+    old_lp = L(torch.tensor([[[0.5, 0.3, 0.2]]]))  # [tokens=1, L=1, E=3]
+    new_lp = old_lp + torch.tensor([[[0.1, -0.3, 5.0]]])
+    top = torch.tensor([[[0, 1]]])  # old top-2: experts 0, 1
+    gamma = router_shift_gamma(new_lp, old_lp, top)
+    torch.testing.assert_close(gamma, torch.tensor([math.exp(-(0.1 + 0.3) / 2)]))
+    r = torch.tensor([1.5])
+    torch.testing.assert_close(rais_ratio(r, gamma, 0.8), r * math.exp(-0.2))
+    torch.testing.assert_close(rais_ratio(r, torch.tensor([0.1]), 0.8), r * 0.8)
+
+
+def test_rais_ratio_hook_uses_current_router_and_detaches_gamma():
+    rlp = L(torch.tensor([[[[0.6, 0.3, 0.1]]]]))  # [B=1, R=1, L=1, E=3]
+    sel = torch.tensor([[[[0, 1]]]])
+    e = est("rais", gamma_min=0.8)
+    old = e.old_policy(Ctx(L(torch.tensor([[0.5]])), L(torch.tensor([[0.5]])), router_logp=rlp, selected=sel))
+    new_router = (rlp + torch.tensor([0.2, -0.2, 0.0])).requires_grad_()
+    logp_new = L(torch.tensor([[0.6]])).requires_grad_()
+    r = e.ratio(logp_new, old, PolicyForward(logp_new, router_logp=new_router))
+    torch.testing.assert_close(r, torch.tensor([[1.2 * math.exp(-0.2)]]))
+    r.sum().backward()
+    assert new_router.grad is None or torch.all(new_router.grad == 0)
+    assert logp_new.grad is not None and logp_new.grad.abs().sum() > 0

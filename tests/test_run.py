@@ -1,0 +1,112 @@
+"""End-to-end runs of the local backend into a real (temporary) MLflow sqlite store."""
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from harness import metrics as M
+from harness.config import ESTIMATORS, load
+from harness.run import execute
+
+CURVES = (M.REWARD_MEAN, M.MISMATCH_K3, M.POLICY_LOSS, M.IS_WEIGHT_MAX, M.NOISE_VAR_ROLLOUT)
+
+
+def history(cfg, summary, key):
+    client = MlflowClient(cfg.tracking_uri)
+    return [(m.step, m.value) for m in sorted(client.get_metric_history(summary.run_id, key), key=lambda m: m.step)]
+
+
+def test_every_estimator_runs_and_its_curves_come_back_from_mlflow(tiny_overrides):
+    for name in ESTIMATORS:
+        cfg = load(tiny_overrides(f"estimator={name}", steps=20, name=name))
+        summary = execute(cfg, progress=False)
+        assert summary.status == "finished" and summary.steps_done == 20
+        run = MlflowClient(cfg.tracking_uri).get_run(summary.run_id)
+        assert run.data.tags["estimator"] == name and run.data.tags["spec_sig"] == cfg.signature
+        for tag in M.RUN_TAGS:
+            assert tag in run.data.tags
+        for key in M.CATALOGUE:
+            hist = history(cfg, summary, key)
+            assert [s for s, _ in hist] == list(range(20)), (name, key)
+        assert run.info.status == "FINISHED"
+
+
+def test_same_spec_and_seed_give_identical_curves_and_other_seeds_differ(tiny_overrides):
+    curves = []
+    for i, seed in enumerate((0, 0, 1)):
+        cfg = load(tiny_overrides("estimator=tis", f"seed={seed}", steps=8, name=f"r{i}"))
+        summary = execute(cfg, progress=False)
+        curves.append({k: history(cfg, summary, k) for k in CURVES})
+    assert curves[0] == curves[1]
+    assert curves[0][M.REWARD_MEAN] != curves[2][M.REWARD_MEAN]
+
+
+def test_resume_after_interruption_continues_the_same_run_with_each_step_once(tiny_overrides):
+    base = load(tiny_overrides("trainer.checkpoint_every=3", steps=10, name="straight"))
+    straight = execute(base, progress=False)
+    cfg = load(tiny_overrides("trainer.checkpoint_every=3", steps=10, name="interrupted"))
+
+    class Preempted(Exception):
+        pass
+
+    def preempt_at_7(step, values):
+        if step == 7:
+            raise Preempted
+        return False
+
+    with pytest.raises(Preempted):
+        execute(cfg, on_step=preempt_at_7, progress=False)
+    assert (cfg.run_dir / "checkpoint.pt").exists()
+    resumed = execute(cfg, progress=False)
+    for key in CURVES:
+        assert history(cfg, resumed, key) == history(base, straight, key), key
+    assert resumed.run_id == MlflowClient(cfg.tracking_uri).get_run(resumed.run_id).info.run_id
+    again = execute(cfg, progress=False)  # finished: returned, not retrained
+    assert again == resumed
+
+
+def _cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "harness.run", *args], capture_output=True, text=True, cwd=cwd)
+
+
+@pytest.mark.parametrize("args, key", [
+    (["estimator=nope"], "estimator"),
+    (["estimator=mean_n", "estimator.n=0"], "estimator.n"),
+    (["estimator=tis", "estimator.clip_c=1"], "estimator.clip_c"),
+    (["trainer.lr=0"], "trainer.lr"),
+    (["task=nope"], "task"),
+    (["estimator=tis", "estimator.n=4"], "estimator.n"),
+])
+def test_bad_input_gives_one_clear_error_exit_2_and_no_run(tmp_path, args, key):
+    db = tmp_path / "m.db"
+    res = _cli(*args, f"tracking.uri=sqlite:///{db}", f"out_dir={tmp_path}/o")
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith(f"error: {key}:"), res.stderr
+    assert "Traceback" not in res.stderr
+    assert not db.exists() and not (tmp_path / "o").exists()
+
+
+def test_unknown_values_list_the_allowed_ones(tmp_path):
+    res = _cli("estimator=nope", f"tracking.uri=sqlite:///{tmp_path}/m.db")
+    for name in ESTIMATORS:
+        assert name in res.stderr
+
+
+def test_cli_one_run_prints_a_one_line_summary(tmp_path, tiny_overrides):
+    res = _cli("estimator=mean_n", "estimator.n=2", "seed=3", *tiny_overrides(steps=3))
+    assert res.returncode == 0, res.stderr
+    line = res.stdout.strip().splitlines()[-1]
+    assert line.startswith("mean_n(n=2) seed=3 sort/moe_tiny: finished after 3 steps"), line
+
+
+def test_missing_mlflow_server_is_a_clear_error(tmp_path, tiny_overrides):
+    over = [o for o in tiny_overrides(steps=2) if not o.startswith("tracking.uri")]
+    res = subprocess.run([sys.executable, "-m", "harness.run", *over, "tracking.uri=http://127.0.0.1:9"],
+                         capture_output=True, text=True, env={**__import__("os").environ,
+                                                              "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+                                                              "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"})
+    assert res.returncode == 1
+    assert "cannot reach the MLflow tracking store at 'http://127.0.0.1:9'" in res.stderr
