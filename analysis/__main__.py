@@ -1,0 +1,129 @@
+"""Command line: ``python -m analysis {report,compare,list,params} ...``.
+
+Exit status: 0 success, 2 a problem the user can fix (unknown experiment or group, bad option), 1 an
+unexpected error. Heavy modules (mlflow, matplotlib, pandas) are imported only once a command runs,
+so ``--help`` is instant.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+EPILOG = """examples:
+  python -m analysis report --experiment ablation
+  python -m analysis report --experiment n_sweep --x n
+  python -m analysis compare --experiment ablation --a mean_n --b tis
+  python -m analysis list
+  python -m analysis params            # the pre-registered definitions and their defaults
+"""
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--experiment", "-e", required=True, help="MLflow experiment name")
+    p.add_argument("--tracking-uri", default=None,
+                   help="MLflow tracking URI (default: sqlite:///<project root>/mlruns.db)")
+    p.add_argument("--filter", default=None, dest="filter_string",
+                   help="MLflow search filter on the runs, e.g. \"tags.task = 'sort'\"")
+    p.add_argument("--group-by", action="append", default=[], metavar="TAG",
+                   help="also split groups by this run tag (repeatable)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="override an analysis parameter (repeatable; see `params`)")
+    p.add_argument("--config", default=None, help="YAML file of analysis parameters")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m analysis",
+        description="Analyse harness runs in MLflow: collapse onset, convergence, CIs over seeds, figures.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = ap.add_subparsers(dest="command", required=True)
+    rp = sub.add_parser("report", help="tables, figures (PNG+PDF) and report.md for one experiment")
+    _common(rp)
+    rp.add_argument("--x", choices=("n", "clip_c"), default=None, help="the sweep axis to feature (n or clip_c)")
+    rp.add_argument("--out", default=None, help="output folder (default: figures/<experiment>)")
+    rp.add_argument("--no-log", action="store_true", help="do not log the report as a summary MLflow run")
+    cp = sub.add_parser("compare", help="probability of improvement and CIs between two groups")
+    _common(cp)
+    cp.add_argument("--a", required=True, help="group label or estimator name (e.g. mean_n or 'mean_n(n=8)')")
+    cp.add_argument("--b", required=True, help="group label or estimator name")
+    lp = sub.add_parser("list", help="list the experiments and groups in a tracking store")
+    lp.add_argument("--tracking-uri", default=None)
+    lp.add_argument("--experiment", "-e", default=None, help="list this experiment's groups")
+    sub.add_parser("params", help="print the analysis parameters and definitions")
+    return ap
+
+
+def _config(args):
+    from .config import AnalysisConfig
+
+    cfg = AnalysisConfig.from_yaml(args.config) if getattr(args, "config", None) else AnalysisConfig()
+    return AnalysisConfig.from_overrides(getattr(args, "overrides", []) or [], cfg)
+
+
+def cmd_report(args) -> int:
+    from .report import build_report
+
+    build_report(args.experiment, args.tracking_uri, args.out, _config(args), x=args.x,
+                 filter_string=args.filter_string, group_by=args.group_by, log_to_mlflow=not args.no_log)
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from .compare import compare_table, resolve_group
+    from .load import load_experiment
+    from .measures import measure_experiment
+
+    cfg = _config(args)
+    exp = load_experiment(args.experiment, args.tracking_uri, metrics=(cfg.reward_metric, cfg.loss_metric),
+                          filter_string=args.filter_string, group_by=args.group_by)
+    a, b = resolve_group(exp, args.a), resolve_group(exp, args.b)
+    measures = measure_experiment(exp, cfg)
+    print(compare_table(exp, measures, a, b, cfg).terminal())
+    return 0
+
+
+def cmd_list(args) -> int:
+    from .load import default_tracking_uri, list_experiments, load_experiment
+
+    uri = args.tracking_uri or default_tracking_uri()
+    if args.experiment:
+        exp = load_experiment(args.experiment, uri, metrics=())
+        for label in exp.labels:
+            print(f"{label}\t{len(exp.group_runs(label))} runs")
+        if len(exp.probes):
+            print(f"(noise probe)\t{len(exp.probes)} runs")
+        return 0
+    for name in list_experiments(uri):
+        print(name)
+    return 0
+
+
+def cmd_params(args) -> int:
+    from .config import AnalysisConfig
+
+    cfg = AnalysisConfig()
+    for key, value in cfg.as_dict().items():
+        print(f"{key} = {value}")
+    print()
+    print(cfg.describe())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    handler = {"report": cmd_report, "compare": cmd_compare, "list": cmd_list, "params": cmd_params}[args.command]
+    try:
+        return handler(args)
+    except Exception as exc:  # noqa: BLE001
+        from .config import ConfigError
+        from .load import AnalysisError
+
+        if isinstance(exc, (AnalysisError, ConfigError)):
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

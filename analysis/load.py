@@ -1,0 +1,309 @@
+"""Loading: an MLflow experiment -> :class:`Experiment` (runs, group labels, full metric histories).
+
+- Runs come from ``MlflowClient.search_runs`` (all pages, active runs only, optional MLflow filter
+  string such as ``"tags.task = 'sort'"``).
+- Skipped: runs tagged ``analysis_summary=1`` (what ``report`` logs) and runs without an
+  ``estimator`` tag. Runs tagged ``probe=1`` go to :attr:`Experiment.probes` (their latest metric
+  values and ``model_kind``), not to the training groups.
+- Histories are read in full with ``MlflowClient.get_metric_history`` (the MLflow UI samples about
+  320 points per curve, which hides short collapses), one call per run and metric, over a few
+  threads. Each history becomes a ``pandas.Series`` indexed by step (sorted; a step logged twice
+  keeps its latest value). Non-finite values are kept: MLflow stores NaN as NaN and +-inf as
+  +-1.797e308, which :func:`finite_values` maps back to +-inf. Runs are aligned on step by
+  :meth:`Experiment.wide`.
+"""
+from __future__ import annotations
+
+import math
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from harness import metrics as M
+
+from .labels import CONTEXT_TAGS, base_label, context_suffix, sort_key, tag_number, tag_text
+
+SUMMARY_TAG = "analysis_summary"
+PROBE_TAG = "probe"
+PROBE_METRICS = ("probe/diff", "probe/var_rollout", "probe/var_train")
+MLFLOW_INF = 1.7e308  # MLflow stores +-inf as +-sys.float_info.max
+
+
+class AnalysisError(RuntimeError):
+    """A problem the user can fix (unknown experiment, no runs, unknown group): exit status 2."""
+
+
+def project_root() -> Path:
+    """The folder holding the ``analysis`` package (the project root in a source checkout)."""
+    return Path(__file__).resolve().parents[1]
+
+
+def default_tracking_uri() -> str:
+    """``sqlite:///<project root>/mlruns.db``, the harness's default store."""
+    return f"sqlite:///{project_root() / 'mlruns.db'}"
+
+
+def default_metrics() -> tuple[str, ...]:
+    """The histories the report needs."""
+    return (M.REWARD_MEAN, M.POLICY_LOSS, M.MISMATCH_K3, M.TIME_STEP)
+
+
+@dataclass
+class Experiment:
+    """One experiment's runs and histories.
+
+    ``runs``: one row per training run, columns run_id, run_name, status, label, estimator, n,
+    clip_c, level, seed, model, model_kind, task, backend, spec_sig, git_commit, start_time (+ any
+    group-by tag); sorted by canonical group order, then seed.
+    ``histories[metric][run_id]``: the run's logged values, a Series indexed by step.
+    ``probes``: one row per probe run: run_id, model_kind, model, and the ``probe/*`` metrics.
+    """
+
+    name: str
+    experiment_id: str
+    tracking_uri: str
+    runs: pd.DataFrame
+    histories: dict[str, dict[str, pd.Series]]
+    probes: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def labels(self) -> list[str]:
+        """Group labels in canonical order."""
+        return list(dict.fromkeys(self.runs["label"])) if len(self.runs) else []
+
+    def group_runs(self, label: str) -> list[str]:
+        return self.runs.loc[self.runs["label"] == label, "run_id"].tolist()
+
+    def series(self, metric: str, run_id: str) -> pd.Series:
+        """The run's history of ``metric`` (empty Series when never logged)."""
+        return self.histories.get(metric, {}).get(run_id, pd.Series(dtype=float))
+
+    def has_metric(self, metric: str) -> bool:
+        """True when at least one training run logged ``metric``."""
+        return any(len(s) for s in self.histories.get(metric, {}).values())
+
+    def runs_missing(self, metric: str) -> list[str]:
+        return [r for r in self.runs["run_id"] if not len(self.series(metric, r))]
+
+    def wide(self, metric: str, run_ids: Sequence[str] | None = None) -> pd.DataFrame:
+        """Runs aligned on step: index = union of steps, one column per run, NaN where not logged."""
+        run_ids = list(self.runs["run_id"]) if run_ids is None else list(run_ids)
+        cols = {r: self.series(metric, r) for r in run_ids}
+        cols = {r: s for r, s in cols.items() if len(s)}
+        if not cols:
+            return pd.DataFrame(index=pd.Index([], name="step", dtype=np.int64))
+        frame = pd.concat(cols, axis=1).sort_index()
+        frame.index.name = "step"
+        return frame
+
+
+def finite_values(values: np.ndarray) -> np.ndarray:
+    """MLflow's stored +-1.797e308 back to +-inf (NaN stays NaN)."""
+    values = np.asarray(values, dtype=float).copy()
+    values[values >= MLFLOW_INF] = np.inf
+    values[values <= -MLFLOW_INF] = -np.inf
+    return values
+
+
+def history_series(history: Iterable) -> pd.Series:
+    """``get_metric_history`` output -> Series indexed by step (latest value of a repeated step)."""
+    items = [(m.step, m.timestamp, m.value) for m in history]
+    if not items:
+        return pd.Series(dtype=float)
+    arr = np.array(items, dtype=float)
+    order = np.lexsort((arr[:, 1], arr[:, 0]))  # by step, then timestamp
+    arr = arr[order]
+    steps = arr[:, 0].astype(np.int64)
+    last = np.r_[steps[1:] != steps[:-1], True]  # the last row of every step
+    s = pd.Series(finite_values(arr[last, 2]), index=pd.Index(steps[last], name="step"))
+    return s
+
+
+def client_for(tracking_uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def list_experiments(tracking_uri: str) -> list[str]:
+    """Names of the active experiments in the store."""
+    client = client_for(tracking_uri)
+    return sorted(e.name for e in client.search_experiments())
+
+
+def _search_all(client, experiment_id: str, filter_string: str | None) -> list:
+    from mlflow.entities import ViewType
+
+    runs, token = [], None
+    while True:
+        page = client.search_runs(
+            [experiment_id], filter_string=filter_string or "", run_view_type=ViewType.ACTIVE_ONLY,
+            max_results=1000, page_token=token,
+        )
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def _level(run) -> str:
+    tags, params = run.data.tags, run.data.params
+    return tag_text(tags.get("level")) or tag_text(params.get("estimator.level")) or tag_text(params.get("level"))
+
+
+def load_experiment(
+    name: str,
+    tracking_uri: str | None = None,
+    metrics: Sequence[str] | None = None,
+    filter_string: str | None = None,
+    group_by: Sequence[str] = (),
+    threads: int = 4,
+) -> Experiment:
+    """Load ``name`` from ``tracking_uri`` (default :func:`default_tracking_uri`).
+
+    Raises :class:`AnalysisError` when the experiment does not exist (listing the ones that do)
+    or holds no training run.
+    """
+    tracking_uri = tracking_uri or default_tracking_uri()
+    metrics = tuple(dict.fromkeys(metrics or default_metrics()))
+    client = client_for(tracking_uri)
+    exp = client.get_experiment_by_name(name)
+    if exp is None or exp.lifecycle_stage != "active":
+        known = sorted(e.name for e in client.search_experiments())
+        listing = "\n  ".join(known) if known else "(none)"
+        raise AnalysisError(f"no experiment named {name!r} in {tracking_uri}; experiments there:\n  {listing}")
+
+    notes: list[str] = []
+    found = _search_all(client, exp.experiment_id, filter_string)
+    training, probes, skipped_no_est = [], [], 0
+    for run in found:
+        tags = run.data.tags
+        if tag_text(tags.get(SUMMARY_TAG)) in ("1", "true", "True"):
+            continue
+        if tag_text(tags.get(PROBE_TAG)) in ("1", "true", "True"):
+            probes.append(run)
+        elif tag_text(tags.get("estimator")):
+            training.append(run)
+        else:
+            skipped_no_est += 1
+    if skipped_no_est:
+        notes.append(f"{skipped_no_est} run(s) without an `estimator` tag were skipped.")
+    if not training and not probes:
+        where = f" matching filter {filter_string!r}" if filter_string else ""
+        raise AnalysisError(f"experiment {name!r} in {tracking_uri} holds no training or probe runs{where}")
+
+    runs = _runs_frame(training, group_by)
+    if len(runs):
+        dup = runs.groupby(["label", "seed"]).size()
+        dup = dup[dup > 1]
+        for (label, seed), count in dup.items():
+            notes.append(
+                f"group `{label}` has {count} runs for seed {seed} (they differ in an untagged setting or are "
+                "reruns); all are kept as replicates - use `--group-by TAG` or `--filter` to separate them."
+            )
+        unfinished = runs.loc[runs["status"] == "RUNNING", "run_id"].tolist()
+        if unfinished:
+            notes.append(f"{len(unfinished)} run(s) are still RUNNING: their curves are partial.")
+        failed = runs.loc[runs["status"].isin(["FAILED", "KILLED"]), "run_id"].tolist()
+        if failed:
+            notes.append(f"{len(failed)} run(s) ended FAILED/KILLED; they are analysed with the steps they logged.")
+
+    histories = _load_histories(client, list(runs["run_id"]), metrics, threads)
+    for metric in metrics:
+        missing = [r for r in runs["run_id"] if not len(histories[metric].get(r, ()))]
+        if len(runs) and missing:
+            which = "any run" if len(missing) == len(runs) else f"{len(missing)} of {len(runs)} runs"
+            notes.append(f"metric `{metric}` is missing in {which}.")
+    return Experiment(
+        name=name, experiment_id=exp.experiment_id, tracking_uri=tracking_uri, runs=runs,
+        histories=histories, probes=_probes_frame(probes), notes=notes,
+    )
+
+
+RUN_COLUMNS = (
+    "run_id", "run_name", "status", "label", "estimator", "n", "clip_c", "level", "seed", "model", "model_kind",
+    "task", "backend", "spec_sig", "git_commit", "start_time",
+)
+
+
+def _runs_frame(training: list, group_by: Sequence[str]) -> pd.DataFrame:
+    if not training:
+        return pd.DataFrame(columns=list(RUN_COLUMNS) + list(group_by))
+    context = [t for t in CONTEXT_TAGS if t not in group_by]
+    varying = [t for t in context if len({tag_text(r.data.tags.get(t)) for r in training}) > 1]
+    varying += [t for t in group_by if t not in varying]
+    rows = []
+    for run in training:
+        tags = run.data.tags
+        level = _level(run)
+        label_tags = {**tags, "level": level}
+        suffix = context_suffix(label_tags, varying)
+        seed = tag_number(tags.get("seed"))
+        row = {
+            "run_id": run.info.run_id,
+            "run_name": run.info.run_name,
+            "status": run.info.status,
+            "label": base_label(label_tags) + suffix,
+            "estimator": tag_text(tags.get("estimator")),
+            "n": tag_number(tags.get("n")),
+            "clip_c": tag_number(tags.get("clip_c")),
+            "level": level,
+            "seed": -1 if math.isnan(seed) else int(seed),
+            "model": tag_text(tags.get("model")),
+            "model_kind": tag_text(tags.get("model_kind")),
+            "task": tag_text(tags.get("task")),
+            "backend": tag_text(tags.get("backend")),
+            "spec_sig": tag_text(tags.get("spec_sig")),
+            "git_commit": tag_text(tags.get("git_commit")),
+            "start_time": run.info.start_time,
+            "_key": sort_key(tag_text(tags.get("estimator")), tag_number(tags.get("n")),
+                             tag_number(tags.get("clip_c")), level, suffix),
+        }
+        for t in group_by:
+            row[t] = tag_text(tags.get(t))
+        rows.append(row)
+    rows.sort(key=lambda r: (r["_key"], r["seed"], r["start_time"] or 0))
+    frame = pd.DataFrame(rows).drop(columns="_key")
+    return frame.reset_index(drop=True)
+
+
+def _probes_frame(probes: list) -> pd.DataFrame:
+    rows = []
+    for run in probes:
+        tags, values = run.data.tags, run.data.metrics
+        row = {"run_id": run.info.run_id, "model_kind": tag_text(tags.get("model_kind")) or "?",
+               "model": tag_text(tags.get("model")), "seed": tag_text(tags.get("seed"))}
+        for m in PROBE_METRICS:
+            v = values.get(m)
+            row[m] = float(finite_values(np.array([v]))[0]) if v is not None else math.nan
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["run_id", "model_kind", "model", "seed", *PROBE_METRICS])
+
+
+def _load_histories(client, run_ids: list[str], metrics: Sequence[str], threads: int) -> dict[str, dict[str, pd.Series]]:
+    jobs = [(r, m) for r in run_ids for m in metrics]
+
+    def fetch(job):
+        run_id, metric = job
+        return history_series(client.get_metric_history(run_id, metric))
+
+    if threads > 1 and len(jobs) > 8:
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            results = list(pool.map(fetch, jobs))
+    else:
+        results = [fetch(j) for j in jobs]
+    out: dict[str, dict[str, pd.Series]] = {m: {} for m in metrics}
+    for (run_id, metric), series in zip(jobs, results):
+        if len(series):
+            out[metric][run_id] = series
+    return out
+
+
+def warn(msg: str) -> None:
+    print(f"analysis: {msg}", file=sys.stderr)

@@ -1,0 +1,240 @@
+"""``python -m analysis report``: one experiment -> tables in the terminal, ``<out>/*.png|pdf``,
+tables as ``.md``/``.csv``/``.tex``, and ``<out>/report.md`` embedding them.
+
+Pipeline: :func:`analysis.load.load_experiment` -> :func:`analysis.measures.measure_experiment` ->
+tables (:mod:`analysis.tables`) and figures (:mod:`analysis.figures`) -> ``report.md`` -> the whole
+output folder logged as artifacts of a summary MLflow run in the same experiment, tagged
+``analysis_summary=1`` (loaders skip it).
+
+Nothing that is missing crashes the report: a figure or table whose inputs are absent (a metric never
+logged, no mean_n runs at several n, no probe runs, one seed per group) is replaced by a note saying
+what it needs.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import pandas as pd
+
+from .config import AnalysisConfig, ConfigError
+from .load import SUMMARY_TAG, Experiment, load_experiment
+from .measures import measure_experiment
+from .tables import Table, noise_probe_table, poi_table, runs_table, summary_table, sweep_table
+
+SWEEP_FIGURE = {"n": "n_sweep", "clip_c": "tis_sensitivity"}
+FIGURE_TITLES = {
+    "reward_vs_step": "Reward vs step",
+    "kl_vs_step": "Train-inference KL vs step",
+    "survival": "Survival: share of runs not yet collapsed",
+    "collapse_onset": "Collapse onset per run",
+    "n_sweep": "n-sweep",
+    "tis_sensitivity": "TIS sensitivity to C",
+}
+
+
+@dataclass
+class ReportResult:
+    experiment: str
+    out_dir: Path
+    report_md: Path
+    figures: dict[str, list[Path]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    tables: dict[str, Table] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    summary_run_id: str | None = None
+
+
+def build_report(
+    experiment: str,
+    tracking_uri: str | None = None,
+    out_dir: str | Path | None = None,
+    cfg: AnalysisConfig | None = None,
+    x: str | None = None,
+    filter_string: str | None = None,
+    group_by: Sequence[str] = (),
+    log_to_mlflow: bool = True,
+    echo: Callable[[str], None] | None = print,
+) -> ReportResult:
+    """Write the report of ``experiment``; see the module docstring. Raises ``AnalysisError``."""
+    cfg = cfg or AnalysisConfig()
+    if x not in (None, "n", "clip_c"):
+        raise ConfigError(f"--x must be n or clip_c, got {x!r}")
+    out = Path(out_dir) if out_dir else Path("figures") / experiment
+    out.mkdir(parents=True, exist_ok=True)
+    metrics = (cfg.reward_metric, cfg.loss_metric, cfg.kl_metric, cfg.time_metric)
+    exp = load_experiment(experiment, tracking_uri, metrics=metrics, filter_string=filter_string, group_by=group_by)
+    result = ReportResult(experiment, out, out / "report.md", notes=list(exp.notes))
+
+    measures = measure_experiment(exp, cfg)
+    if exp.runs.empty:
+        result.notes.append("the experiment holds only probe runs: there are no training curves to analyse.")
+    elif exp.runs.groupby("label").size().max() < 2:
+        result.notes.append("every group has a single seed: confidence intervals (bands, [lo, hi]) need >= 2 seeds "
+                            "per group; point estimates are shown alone.")
+
+    # ---- tables -------------------------------------------------------------------------------
+    tables: dict[str, Table] = {}
+    if len(measures):
+        tables["summary"] = summary_table(exp, measures, cfg)
+        tables["runs"] = runs_table(exp, measures, cfg)
+        poi = poi_table(exp, measures, cfg)
+        if poi is not None:
+            tables["poi"] = poi
+        else:
+            result.skipped["poi"] = "probability of improvement needs >= 2 groups."
+    else:
+        result.skipped["summary"] = "no training runs."
+    for knob in ("n", "clip_c"):
+        t = sweep_table(exp, measures, cfg, knob) if len(measures) else None
+        if t is not None:
+            tables[t.name] = t
+        elif x == knob:
+            result.skipped[f"sweep_{knob}"] = f"`--x {knob}` asked for a sweep, but no estimator has runs at >= 2 values of `{knob}`."
+    probe = noise_probe_table(exp, cfg)
+    if probe is not None:
+        tables["noise_probe"] = probe
+    else:
+        result.skipped["noise_probe"] = ("no probe runs (tag `probe=1` with metrics `probe/diff`, `probe/var_rollout`, "
+                                         "`probe/var_train` and tag `model_kind`) in this experiment.")
+    for t in tables.values():
+        t.write(out)
+    result.tables = tables
+
+    # ---- figures ------------------------------------------------------------------------------
+    from .figures import FIGURES, FigureContext, MissingInput, draw
+    from .palette import Palette
+
+    ctx = FigureContext(exp, measures, cfg, Palette.from_runs(exp.runs), out)
+    order = list(FIGURES)
+    if x:  # the requested sweep first
+        order.remove(SWEEP_FIGURE[x])
+        order.insert(0, SWEEP_FIGURE[x])
+    for name in order:
+        if exp.runs.empty:
+            result.skipped[name] = "no training runs."
+            continue
+        try:
+            result.figures[name] = draw(name, ctx)
+        except MissingInput as why:
+            result.skipped[name] = str(why)
+
+    result.report_md.write_text(render_markdown(exp, result, cfg, order, x))
+    if echo:
+        echo(terminal_text(exp, result))
+    if log_to_mlflow:
+        try:
+            result.summary_run_id = log_summary_run(exp, result, cfg)
+        except Exception as exc:  # noqa: BLE001 - the files are written; logging is a bonus
+            msg = f"could not log the report as MLflow artifacts: {type(exc).__name__}: {exc}"
+            result.notes.append(msg)
+            print(f"analysis: warning: {msg}", file=sys.stderr)
+            result.report_md.write_text(render_markdown(exp, result, cfg, order, x))
+    return result
+
+
+def _overview(exp: Experiment) -> list[str]:
+    runs = exp.runs
+    lines = [f"- tracking URI: `{exp.tracking_uri}`, experiment `{exp.name}` (id {exp.experiment_id})",
+             f"- generated: {_dt.datetime.now().isoformat(timespec='seconds')}"]
+    if len(runs):
+        per = runs.groupby("label", sort=False).size()
+        lines.append(f"- {len(runs)} training runs in {len(per)} groups; seeds per group: "
+                     + ", ".join(f"{lab} {k}" for lab, k in per.items()))
+        commits = sorted(set(runs["git_commit"]) - {""})
+        if commits:
+            lines.append(f"- git commits: {', '.join(f'`{c[:12]}`' for c in commits[:5])}"
+                         + (f" (+{len(commits) - 5} more)" if len(commits) > 5 else ""))
+        for col in ("model", "task", "backend"):
+            vals = sorted(set(runs[col]) - {""})
+            if vals:
+                lines.append(f"- {col}: {', '.join(vals)}")
+    if exp.probes is not None and len(exp.probes):
+        lines.append(f"- {len(exp.probes)} noise-probe runs")
+    return lines
+
+
+def render_markdown(exp: Experiment, result: ReportResult, cfg: AnalysisConfig, order: list[str], x: str | None) -> str:
+    md = [f"# Analysis report: `{exp.name}`", "", *_overview(exp), ""]
+    notes = list(result.notes)
+    if notes:
+        md += ["## Notes", "", *[f"- {n}" for n in notes], ""]
+    md += ["## Definitions and parameters", "", *[f"{line}  " for line in cfg.describe().splitlines()], ""]
+    t = result.tables
+    md += ["## Summary", ""]
+    md += [t["summary"].markdown(short=True), ""] if "summary" in t else [f"> Not available: {result.skipped.get('summary')}", ""]
+    md += ["Files: `summary.md`, `summary.csv`, `summary.tex`; per run: `runs.md`, `runs.csv`, `runs.tex`.", ""]
+
+    from .figures import FIGURES
+
+    md += ["## Figures", ""]
+    for name in order:
+        md += [f"### {FIGURE_TITLES.get(name, name)}", ""]
+        if name in result.figures:
+            md += [f"![{name}]({name}.png)", "", f"{FIGURES[name][1]} ([PDF]({name}.pdf))", ""]
+        else:
+            md += [f"> **Not drawn**: {result.skipped.get(name, 'inputs missing')}", ""]
+        if name == "n_sweep" and "sweep_n" in t:
+            md += [t["sweep_n"].markdown(with_title=True, short=True), ""]
+        if name == "tis_sensitivity" and "sweep_clip_c" in t:
+            md += [t["sweep_clip_c"].markdown(with_title=True, short=True), ""]
+        if name == SWEEP_FIGURE.get(x or "") and f"sweep_{x}" in result.skipped:
+            md += [f"> {result.skipped[f'sweep_{x}']}", ""]
+
+    md += ["## Noise probe", ""]
+    md += [t["noise_probe"].markdown(short=True), ""] if "noise_probe" in t else [f"> **Not available**: {result.skipped['noise_probe']}", ""]
+    md += ["## Probability of improvement", ""]
+    md += [t["poi"].markdown(short=True), ""] if "poi" in t else [f"> **Not available**: {result.skipped.get('poi', 'no runs')}", ""]
+    md += ["## Per-run measures", ""]
+    if "runs" in t:
+        md += [t["runs"].markdown(short=True) if len(t["runs"].frame) <= 60 else
+               f"{len(t['runs'].frame)} runs: see `runs.md` / `runs.csv`.", ""]
+    if result.summary_run_id:
+        md += [f"Logged as artifacts of MLflow run `{result.summary_run_id}` (tag `{SUMMARY_TAG}=1`).", ""]
+    return "\n".join(md)
+
+
+def terminal_text(exp: Experiment, result: ReportResult) -> str:
+    parts = [f"# {exp.name}: {len(exp.runs)} training runs, {exp.runs['label'].nunique() if len(exp.runs) else 0} groups"]
+    parts += [f"note: {n}" for n in result.notes]
+    for name in ("summary", "sweep_n", "sweep_clip_c", "noise_probe", "poi"):
+        if name in result.tables:
+            parts.append(result.tables[name].terminal())
+    for name, why in result.skipped.items():
+        parts.append(f"not drawn / not available: {name}: {why}")
+    parts.append(f"\nreport: {result.report_md}  ({len(result.figures)} figures, PNG + PDF, in {result.out_dir})")
+    return "\n".join(parts)
+
+
+def log_summary_run(exp: Experiment, result: ReportResult, cfg: AnalysisConfig) -> str:
+    """Log the output folder as artifacts of a new run tagged ``analysis_summary=1``; returns its id."""
+    from mlflow.entities import Param
+
+    from .load import client_for
+
+    client = client_for(exp.tracking_uri)
+    run = client.create_run(exp.experiment_id, run_name="analysis-summary", tags={
+        SUMMARY_TAG: "1",
+        "mlflow.note.content": f"Analysis report of {exp.name}: {len(exp.runs)} runs, {len(result.figures)} figures.",
+    })
+    run_id = run.info.run_id
+    try:
+        params = [Param(f"analysis.{k}", str(v)) for k, v in cfg.as_dict().items()]
+        client.log_batch(run_id, params=params)
+        result.report_md.write_text(result.report_md.read_text().rstrip() + "\n\n"
+                                    f"Logged as artifacts of MLflow run `{run_id}` (tag `{SUMMARY_TAG}=1`).\n")
+        client.log_artifacts(run_id, str(result.out_dir))
+        client.set_terminated(run_id)
+    except Exception:
+        client.set_terminated(run_id, status="FAILED")
+        raise
+    return run_id
+
+
+def measures_frame(experiment: str, tracking_uri: str | None = None, cfg: AnalysisConfig | None = None) -> pd.DataFrame:
+    """The per-run measures of an experiment, for notebooks."""
+    cfg = cfg or AnalysisConfig()
+    return measure_experiment(load_experiment(experiment, tracking_uri), cfg)

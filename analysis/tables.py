@@ -1,0 +1,259 @@
+"""Tables: built from the per-run measures, written as markdown (terminal and ``.md``), CSV and LaTeX
+(booktabs), each followed by the analysis parameters (:meth:`AnalysisConfig.describe`).
+
+- ``summary``: one row per group: runs, final / peak / AUC as IQM [CI], collapse count and rate
+  (Wilson CI), Kaplan-Meier median collapse onset (rule) and median change-point onset, convergence
+  count and Kaplan-Meier median convergence step, IQM of the mean ``mismatch/k3``, mean seconds/step.
+- ``runs``: every measure of every run (the data behind everything else).
+- ``poi``: probability of improvement P(row > column) of the final reward between groups.
+- ``sweep_<x>``: the groups that differ only in knob x (n or clip_c), one row per value.
+- ``noise_probe``: probe runs (``probe=1``) by ``model_kind`` beside the KwaiKAT numbers.
+
+The CSV holds numbers (point, lo, hi in separate columns); markdown and LaTeX hold formatted cells.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .config import AnalysisConfig
+from .labels import family_name, sweep_families
+from .load import PROBE_METRICS, Experiment
+from .stats import Interval, iqm, iqm_ci, km_median, probability_of_improvement, wilson
+
+# KwaiKAT's noise-probe numbers: diff = mean |logp_train - logp_inf|, var over repeated passes.
+KWAIKAT_PROBE = {
+    "dense": {"probe/diff": 0.002, "probe/var_rollout": 1e-5, "probe/var_train": 0.0},
+    "moe": {"probe/diff": 0.008, "probe/var_rollout": 1e-3, "probe/var_train": 1e-7},
+}
+
+
+@dataclass
+class Table:
+    name: str
+    title: str
+    frame: pd.DataFrame  # formatted cells (markdown / LaTeX)
+    data: pd.DataFrame  # numbers (CSV)
+    footer: str = ""  # the full definitions (files)
+    notes: list[str] = field(default_factory=list)
+    short_footer: str = ""  # one line of parameters (terminal, report.md)
+
+    def grid(self) -> str:
+        """The bare markdown table."""
+        cols = [str(c) for c in self.frame.columns]
+        esc = lambda v: str(v).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+        lines = ["| " + " | ".join(esc(c) for c in cols) + " |",
+                 "|" + "|".join("---" if i == 0 else "---:" for i in range(len(cols))) + "|"]
+        lines += ["| " + " | ".join(esc(v) for v in row) + " |" for row in self.frame.itertuples(index=False)]
+        return "\n".join(lines)
+
+    def markdown(self, with_title: bool = False, short: bool = False) -> str:
+        """Markdown table followed by its notes and parameters (one line when ``short``)."""
+        footer = self.short_footer if short and self.short_footer else self.footer
+        tail = "\n".join([*(f"Note: {n}" for n in self.notes), *([footer] if footer else [])])
+        head = f"**{self.title}**\n\n" if with_title else ""
+        return head + self.grid() + ("\n\n" + _md_footer(tail) if tail else "")
+
+    def latex(self) -> str:
+        cols = list(self.frame.columns)
+        spec = "l" + "r" * (len(cols) - 1)
+        out = [
+            "% requires \\usepackage{booktabs}",
+            "\\begin{table}[t]",
+            "\\centering",
+            f"\\caption{{{latex_escape(self.title)}}}",
+            f"\\label{{tab:{self.name}}}",
+            f"\\begin{{tabular}}{{{spec}}}",
+            "\\toprule",
+            " & ".join(latex_escape(c) for c in cols) + " \\\\",
+            "\\midrule",
+        ]
+        for row in self.frame.itertuples(index=False):
+            out.append(" & ".join(latex_escape(v) for v in row) + " \\\\")
+        out += ["\\bottomrule", "\\end{tabular}"]
+        foot = "\n".join([*self.notes, self.footer]).strip()
+        if foot:
+            out.append("\\par\\smallskip{\\footnotesize " + latex_escape(foot).replace("\n", " \\\\\n") + "}")
+        out.append("\\end{table}")
+        return "\n".join(out) + "\n"
+
+    def write(self, out_dir: Path) -> list[Path]:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        md, csv, tex = (out_dir / f"{self.name}.{ext}" for ext in ("md", "csv", "tex"))
+        md.write_text(f"# {self.title}\n\n{self.markdown()}\n")
+        self.data.to_csv(csv, index=False)
+        tex.write_text(self.latex())
+        return [md, csv, tex]
+
+    def terminal(self) -> str:
+        """Markdown table, then notes and the one-line parameters as plain text."""
+        footer = self.short_footer or self.footer
+        tail = "\n".join([*(f"Note: {n}" for n in self.notes), footer])
+        return f"\n== {self.title} ==\n{self.grid()}\n{tail}\n"
+
+
+def _md_footer(text: str) -> str:
+    return "\n".join(f"<sub>{line}</sub>  " for line in text.splitlines() if line.strip())
+
+
+LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+    "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "`": "",
+    "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}",
+}
+
+
+def latex_escape(value: object) -> str:
+    return "".join(LATEX_SPECIAL.get(ch, ch) for ch in str(value))
+
+
+def fmt(x: float, digits: int = 3) -> str:
+    return "n/a" if x is None or not np.isfinite(x) else f"{x:.{digits}f}"
+
+
+def fmt_step(x: float) -> str:
+    return "-" if x is None or not np.isfinite(x) else f"{x:.0f}"
+
+
+def fmt_sci(x: float) -> str:
+    if x is None or not np.isfinite(x):
+        return "n/a"
+    return "0" if x == 0 else f"{x:.2g}"
+
+
+def _interval_cols(prefix: str, iv: Interval) -> dict:
+    return {f"{prefix}": iv.point, f"{prefix}_lo": iv.lo, f"{prefix}_hi": iv.hi}
+
+
+def summary_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig) -> Table:
+    rows, data = [], []
+    for k, label in enumerate(exp.labels):
+        g = measures[measures["label"] == label]
+        seed = cfg.seed + k
+        fin = iqm_ci(g["final"].to_numpy(float), cfg.bootstrap_reps, cfg.ci, seed)
+        peak = iqm_ci(g["peak"].to_numpy(float), cfg.bootstrap_reps, cfg.ci, seed)
+        area = iqm_ci(g["auc"].to_numpy(float), cfg.bootstrap_reps, cfg.ci, seed)
+        n = len(g)
+        k_col = int(g["collapsed"].sum())
+        rate = wilson(k_col, n, cfg.ci)
+        timed = g.dropna(subset=["collapse_time"])
+        onset_med = km_median(timed["collapse_time"].to_numpy(float), timed["collapsed"].to_numpy(bool))
+        cp = g["cp_onset"].dropna()
+        cp_med = float(cp.median()) if len(cp) else math.nan
+        conv = g.dropna(subset=["converge_time"])
+        k_conv = int(g["converged"].sum())
+        conv_med = km_median(conv["converge_time"].to_numpy(float), conv["converged"].to_numpy(bool))
+        kl = iqm(g["kl_mean"].dropna().to_numpy(float))
+        st = g["step_time"].dropna()
+        step_time = float(st.mean()) if len(st) else math.nan
+        rows.append({
+            "group": label,
+            "runs": n,
+            "final": fin.fmt(),
+            "peak": peak.fmt(),
+            "AUC": area.fmt(),
+            "collapsed": f"{k_col}/{n}",
+            "onset (KM median)": fmt_step(onset_med) if k_col else "-",
+            "change point (median)": fmt_step(cp_med),
+            "converged": f"{k_conv}/{n}",
+            "conv. step (KM median)": fmt_step(conv_med),
+            "k3 (IQM)": fmt_sci(kl),
+            "s/step": fmt(step_time, 2),
+        })
+        data.append({
+            "group": label, "runs": n, "seeds": int(g["seed"].nunique()),
+            **_interval_cols("final_iqm", fin), **_interval_cols("peak_iqm", peak), **_interval_cols("auc_iqm", area),
+            "collapsed": k_col, **_interval_cols("collapse_rate", rate),
+            "onset_km_median": onset_med, "cp_onset_median": cp_med,
+            "converged": k_conv, "converge_km_median": conv_med,
+            "target": float(g["target"].iloc[0]) if n else math.nan,
+            "kl_iqm": kl, "step_time_mean": step_time,
+        })
+    t = Table("summary", f"Summary per group (IQM across seeds [{cfg.ci:.0%} CI])", pd.DataFrame(rows),
+              pd.DataFrame(data), cfg.describe(), short_footer=cfg.describe_short())
+    if len(measures) and measures.groupby("label").size().max() < 2:
+        t.notes.append("every group has a single seed: confidence intervals need >= 2 seeds per group.")
+    target = float(measures["target"].iloc[0]) if len(measures) else math.nan
+    t.notes.append(f"convergence target (best group IQM of the final reward) = {fmt(target)}.")
+    return t
+
+
+def runs_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig) -> Table:
+    m = measures.merge(exp.runs[["run_id", "status", "spec_sig"]], on="run_id", how="left")
+    frame = pd.DataFrame({
+        "group": m["label"], "seed": m["seed"], "run": m["run_id"].str[:8], "steps": m["n_steps"],
+        "final": m["final"].map(fmt), "peak": m["peak"].map(fmt), "AUC": m["auc"].map(fmt),
+        "onset": [fmt_step(o) + (" (nan)" if k == "nonfinite" else "") for o, k in zip(m["onset"], m["onset_kind"])],
+        "change point": m["cp_onset"].map(fmt_step), "converged at": m["converge_step"].map(fmt_step),
+        "k3 mean": m["kl_mean"].map(fmt_sci),
+    })
+    return Table("runs", "Per-run measures", frame, m, cfg.describe(), short_footer=cfg.describe_short())
+
+
+def poi_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig, metric: str = "final") -> Table | None:
+    labels = exp.labels
+    if len(labels) < 2:
+        return None
+    vals = {lab: measures.loc[measures["label"] == lab, metric].to_numpy(float) for lab in labels}
+    frame_rows, data_rows = [], []
+    for a in labels:
+        row = {"P(row > column)": a}
+        for b in labels:
+            if a == b:
+                row[b] = "-"
+                continue
+            iv = probability_of_improvement(vals[a], vals[b], cfg.bootstrap_reps, cfg.ci, cfg.seed)
+            row[b] = fmt(iv.point, 2)
+            data_rows.append({"a": a, "b": b, "metric": metric, "poi": iv.point, "poi_lo": iv.lo, "poi_hi": iv.hi})
+        frame_rows.append(row)
+    t = Table("poi", f"Probability of improvement of the {metric} reward, P(row > column)",
+              pd.DataFrame(frame_rows), pd.DataFrame(data_rows), cfg.describe(), short_footer=cfg.describe_short())
+    t.notes.append("CIs per pair are in poi.csv and from `python -m analysis compare`.")
+    return t
+
+
+def sweep_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig, x: str) -> Table | None:
+    fams = sweep_families(exp.runs, x, None)
+    if not fams:
+        return None
+    m = measures.set_index("run_id")
+    rows, data = [], []
+    for g in fams.values():
+        fam = family_name(g, x)
+        for xv, gg in g.groupby(x):
+            mm = m.loc[gg["run_id"]]
+            rate = wilson(int(mm["collapsed"].sum()), len(mm), cfg.ci)
+            fin = iqm_ci(mm["final"].to_numpy(float), cfg.bootstrap_reps, cfg.ci, cfg.seed)
+            rows.append({"family": fam, x: f"{xv:g}", "runs": len(mm), "collapsed": f"{int(mm['collapsed'].sum())}/{len(mm)}",
+                         "collapse rate": rate.fmt(2), "final": fin.fmt()})
+            data.append({"family": fam, x: xv, "runs": len(mm), "collapsed": int(mm["collapsed"].sum()),
+                         **_interval_cols("collapse_rate", rate), **_interval_cols("final_iqm", fin)})
+    return Table(f"sweep_{x}", f"Sweep over {x}", pd.DataFrame(rows), pd.DataFrame(data), cfg.describe(), short_footer=cfg.describe_short())
+
+
+def noise_probe_table(exp: Experiment, cfg: AnalysisConfig) -> Table | None:
+    p = exp.probes
+    if p is None or p.empty:
+        return None
+    rows, data = [], []
+    kinds = sorted(set(p["model_kind"]) | set(KWAIKAT_PROBE), key=lambda k: (k not in ("dense", "moe"), k))
+    for kind in kinds:
+        g = p[p["model_kind"] == kind]
+        ref = KWAIKAT_PROBE.get(kind.lower(), {})
+        ours = {m: float(g[m].mean()) if len(g) and g[m].notna().any() else math.nan for m in PROBE_METRICS}
+        rows.append({
+            "model": kind, "probe runs": len(g),
+            **{f"{m.split('/')[1]} (ours)": fmt_sci(ours[m]) for m in PROBE_METRICS},
+            **{f"{m.split('/')[1]} (KwaiKAT)": fmt_sci(ref.get(m, math.nan)) for m in PROBE_METRICS},
+        })
+        data.append({"model_kind": kind, "probe_runs": len(g), **{f"{m}": ours[m] for m in PROBE_METRICS},
+                     **{f"kwaikat_{m}": ref.get(m, math.nan) for m in PROBE_METRICS}})
+    t = Table("noise_probe", "Noise probe: MoE vs dense beside the KwaiKAT numbers", pd.DataFrame(rows),
+              pd.DataFrame(data), cfg.describe(), short_footer=cfg.describe_short())
+    t.notes.append("diff = mean |logp_train - logp_inf| per token; var_rollout / var_train = variance of the token "
+                   "log-prob over repeated inference / training passes; ours = mean over probe runs of their latest value.")
+    return t
