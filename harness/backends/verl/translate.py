@@ -126,13 +126,18 @@ def git_commit() -> str:
         return "unknown"
 
 
-def run_tags(cfg: RunConfig, commit: str | None = None) -> dict[str, str]:
-    """The MLflow tags of DESIGN.md section 6 (``harness.metrics.RUN_TAGS``), for verl's run."""
-    na = lambda v: "na" if v is None else str(v)  # noqa: E731
+def tag_values(cfg: RunConfig, commit: str | None = None) -> dict[str, Any]:
+    """The MLflow tags of DESIGN.md section 6 (``harness.metrics.RUN_TAGS``), typed."""
     e = cfg.estimator
-    return {"estimator": e.name, "n": na(e.n), "clip_c": na(e.clip_c), "level": na(e.level), "seed": str(cfg.seed),
+    na = lambda v: "na" if v is None else v  # noqa: E731
+    return {"estimator": e.name, "n": na(e.n), "clip_c": na(e.clip_c), "level": na(e.level), "seed": cfg.seed,
             "backend": "verl", "model": cfg.model.name, "model_kind": cfg.model.kind, "task": cfg.task.name,
             "spec_sig": cfg.signature, "git_commit": commit if commit is not None else git_commit()}
+
+
+def run_tags(cfg: RunConfig, commit: str | None = None) -> dict[str, str]:
+    """The same tags as MLflow stores them (strings)."""
+    return {k: str(v) for k, v in tag_values(cfg, commit).items()}
 
 
 def environment(cfg: RunConfig) -> dict[str, str]:
@@ -226,10 +231,11 @@ def overrides(cfg: RunConfig, commit: str | None = None, env: dict[str, str] | N
             ("trainer.test_freq", v.val_every if v.val_every > 0 else -1), ("trainer.val_before_train", v.val_every > 0)]
 
     # our block (read by the plugins: MLflow tags, mean_n's n) and the workers' environment
-    out += [("+harness.estimator", e.name), ("+harness.signature", cfg.signature)]
+    out += [("+harness.estimator", e.name), ("+harness.signature", cfg.signature),
+            ("+harness.exact_reward", t.name == "gsm8k" or t.reward == "exact")]
     if e.name == "mean_n":
         out += [("+harness.mean_n", e.n)]
-    out += [(f"+harness.tags.{k}", val) for k, val in run_tags(cfg, commit).items()]
+    out += [(f"+harness.tags.{k}", val) for k, val in tag_values(cfg, commit).items()]
     for k, val in sorted((env if env is not None else environment(cfg)).items()):
         out.append((f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}", str(val)))
 

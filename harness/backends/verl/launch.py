@@ -1,0 +1,236 @@
+"""One verl run on a Slurm allocation: a Ray head on the first node, Ray workers on the others, and
+the verl driver on the head. Two ways in, both ending in :func:`node_main` on every node:
+
+* sbatch:   ``sbatch_script(cfg, SlurmResources(...))`` -> a script whose ``srun`` starts one
+            ``python -m harness.backends.verl.launch node --spec <run_dir>/spec.json`` per node;
+            ``sbatch_command(path)`` submits it.
+* submitit: ``executor.update_parameters(**slurm_parameters(cfg, res))`` then
+            ``executor.submit(VerlJob(cfg.to_dict()))``; ``VerlJob.checkpoint`` requeues it.
+
+GPUs and nodes come from the spec (``verl.nnodes``, ``verl.gpus_per_node``), time, partition and
+account from :class:`SlurmResources` (launcher settings, not part of the run's signature).
+Preemption or the time limit requeues the job (``--requeue`` and a USR1 trap / submitit's
+checkpoint); the requeued job continues the same MLflow run (``<run_dir>/mlflow_run_id``) and verl
+resumes from its last checkpoint (``trainer.resume_mode=auto`` in ``<run_dir>/verl_checkpoints``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from harness.config import ROOT, RunConfig
+
+SPEC_FILE = "spec.json"
+DONE_FILE = "verl_done"
+RAY_PORT = 6379
+NODES_TIMEOUT_S = 900
+
+
+@dataclass
+class SlurmResources:
+    """Where and how long: launcher settings (they do not change what a run computes)."""
+
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    constraint: Optional[str] = None
+    time_min: int = 24 * 60
+    cpus_per_node: int = 64
+    mem: str = "0"  # all of the node's memory
+    exclusive: bool = True
+    signal_before_s: int = 300  # USR1 this long before the time limit -> requeue
+    setup: list[str] = field(default_factory=list)  # shell lines run first (module load, venv activation)
+    extra_sbatch: list[str] = field(default_factory=list)  # e.g. ["--reservation=rl"]
+
+
+def job_name(cfg: RunConfig) -> str:
+    return f"verl-{cfg.estimator.name}-{cfg.signature}"
+
+
+def write_spec(cfg: RunConfig) -> Path:
+    """The resolved spec the nodes read (``<run_dir>/spec.json``)."""
+    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    path = cfg.run_dir / SPEC_FILE
+    path.write_text(json.dumps(cfg.to_dict(), indent=1, sort_keys=True))
+    return path
+
+
+def read_spec(path: str | Path) -> RunConfig:
+    from harness.config import build
+
+    return build(json.loads(Path(path).read_text()))
+
+
+def slurm_parameters(cfg: RunConfig, res: SlurmResources | None = None) -> dict[str, Any]:
+    """Parameters for ``submitit.AutoExecutor.update_parameters`` (one task per node)."""
+    res = res or SlurmResources()
+    params: dict[str, Any] = {
+        "name": job_name(cfg), "nodes": cfg.verl.nnodes, "tasks_per_node": 1,
+        "gpus_per_node": cfg.verl.gpus_per_node, "cpus_per_task": res.cpus_per_node, "timeout_min": res.time_min,
+        "slurm_mem": res.mem, "slurm_signal_delay_s": res.signal_before_s,
+    }
+    for key in ("partition", "account", "qos", "constraint"):
+        if getattr(res, key):
+            params[f"slurm_{key}"] = getattr(res, key)
+    if res.exclusive:
+        params["slurm_exclusive"] = True
+    if res.setup:
+        params["slurm_setup"] = list(res.setup)
+    return params
+
+
+def sbatch_script(cfg: RunConfig, res: SlurmResources | None = None, python: str | None = None) -> str:
+    """A self-contained sbatch script for the run (writes ``<run_dir>/spec.json`` as a side effect)."""
+    res = res or SlurmResources()
+    spec = write_spec(cfg)
+    v, run_dir = cfg.verl, cfg.run_dir
+    h = res.time_min // 60
+    lines = ["#!/bin/bash",
+             f"#SBATCH --job-name={job_name(cfg)}",
+             f"#SBATCH --nodes={v.nnodes}",
+             "#SBATCH --ntasks-per-node=1",
+             f"#SBATCH --gpus-per-node={v.gpus_per_node}",
+             f"#SBATCH --cpus-per-task={res.cpus_per_node}",
+             f"#SBATCH --mem={res.mem}",
+             f"#SBATCH --time={h:02d}:{res.time_min % 60:02d}:00",
+             f"#SBATCH --output={run_dir}/slurm-%j.out",
+             "#SBATCH --requeue",
+             f"#SBATCH --signal=B:USR1@{res.signal_before_s}"]
+    lines += [f"#SBATCH --{k}={getattr(res, k)}" for k in ("partition", "account", "qos", "constraint") if getattr(res, k)]
+    if res.exclusive:
+        lines.append("#SBATCH --exclusive")
+    lines += [f"#SBATCH {x}" for x in res.extra_sbatch]
+    node = [python or sys.executable, "-m", "harness.backends.verl.launch", "node", "--spec", str(spec)]
+    lines += ["set -euo pipefail",
+              f"cd {shlex.quote(str(ROOT))}",
+              *res.setup,
+              "# near the time limit: requeue; the job resumes from verl's last checkpoint, same MLflow run",
+              'trap \'echo "[harness] time limit near: requeue"; scontrol requeue "$SLURM_JOB_ID"\' USR1',
+              f"srun --kill-on-bad-exit=1 --nodes={v.nnodes} --ntasks-per-node=1 {shlex.join(node)} &",
+              "wait $!"]
+    return "\n".join(lines) + "\n"
+
+
+def sbatch_command(script_path: str | Path) -> list[str]:
+    return ["sbatch", "--parsable", str(script_path)]
+
+
+class VerlJob:
+    """A submitit callable: run on every node of the allocation, requeued on timeout/preemption."""
+
+    def __init__(self, spec: dict[str, Any]):
+        self.spec = spec
+
+    def __call__(self) -> int:
+        from harness.config import build
+
+        return node_main(build(self.spec))
+
+    def checkpoint(self, *args, **kwargs):
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(VerlJob(self.spec))
+
+
+# ------------------------------------------------------------------------------ inside the job
+def _hostnames() -> list[str]:
+    nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
+    if not nodelist:
+        return [socket.gethostname()]
+    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+def _node_rank() -> int:
+    for key in ("SLURM_NODEID", "SLURM_PROCID"):
+        if key in os.environ:
+            return int(os.environ[key])
+    return 0
+
+
+def _wait_for_nodes(address: str, n: int, timeout_s: float = NODES_TIMEOUT_S) -> None:
+    import ray
+
+    ray.init(address=address, logging_level="ERROR")
+    try:
+        deadline = time.time() + timeout_s
+        while True:
+            alive = [x for x in ray.nodes() if x.get("Alive")]
+            if len(alive) >= n:
+                return
+            if time.time() > deadline:
+                raise RuntimeError(f"only {len(alive)} of {n} Ray nodes joined within {timeout_s:.0f} s")
+            time.sleep(5)
+    finally:
+        ray.shutdown()
+
+
+def node_main(cfg: RunConfig, port: int | None = None) -> int:
+    """Run on each node of the allocation: head (rank 0) starts Ray and the verl driver, others join."""
+    from harness.backends.verl import train
+
+    v = cfg.verl
+    done = cfg.run_dir / DONE_FILE
+    if v.nnodes == 1:
+        train(cfg)
+        return 0
+    port = port or int(os.environ.get("HARNESS_RAY_PORT", RAY_PORT))
+    hosts = _hostnames()
+    if len(hosts) < v.nnodes:
+        raise RuntimeError(f"the allocation has {len(hosts)} nodes, the spec asks for verl.nnodes={v.nnodes}")
+    head_ip = socket.gethostbyname(hosts[0])
+    address = f"{head_ip}:{port}"
+    res = ["--num-gpus", str(v.gpus_per_node), "--disable-usage-stats"]
+    if _node_rank() == 0:
+        done.unlink(missing_ok=True)
+        subprocess.run(["ray", "start", "--head", f"--node-ip-address={head_ip}", f"--port={port}",
+                        "--include-dashboard=false", *res], check=True)
+        try:
+            _wait_for_nodes(address, v.nnodes)
+            os.environ["RAY_ADDRESS"] = address  # main_ppo's ray.init() joins this cluster
+            train(cfg)
+            done.write_text("ok\n")
+        finally:
+            subprocess.run(["ray", "stop", "--force"], check=False)
+        return 0
+    # worker: block in the Ray worker until the head stops the cluster
+    subprocess.run(["ray", "start", f"--address={address}", *res, "--block"], check=False)
+    for _ in range(30):  # the head writes the marker right before stopping Ray
+        if done.exists():
+            return 0
+        time.sleep(2)
+    raise RuntimeError("the Ray head stopped before the verl run finished (see the head node's log)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m harness.backends.verl.launch")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    node = sub.add_parser("node", help="run on each node of the allocation (called by the sbatch script)")
+    node.add_argument("--spec", required=True)
+    script = sub.add_parser("sbatch", help="print the sbatch script of a spec (Hydra overrides after --)")
+    script.add_argument("--partition")
+    script.add_argument("--account")
+    script.add_argument("--time-min", type=int, default=24 * 60)
+    script.add_argument("overrides", nargs="*")
+    args = ap.parse_args(argv)
+    if args.cmd == "node":
+        return node_main(read_spec(args.spec))
+    from harness.config import load
+
+    cfg = load(list(args.overrides))
+    print(sbatch_script(cfg, SlurmResources(partition=args.partition, account=args.account, time_min=args.time_min)),
+          end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,16 @@
+"""Our code inside verl's processes, loaded by ``VERL_USE_EXTERNAL_MODULES=harness.backends.verl.plugins``.
+
+verl imports the modules named in that variable at the end of ``verl/__init__.py``, so every
+process that imports verl (the driver, the TaskRunner, the agent-loop workers, the actor workers)
+gets, by importing this package:
+
+* ``mean_n``   - the agent loop ``harness_mean_n`` (``actor_rollout_ref.rollout.agent.default_agent_loop``)
+* ``rais``     - the policy loss ``harness_rais`` (``actor_rollout_ref.actor.policy_loss.loss_mode``)
+* ``tracking`` - our MLflow tags, the harness metric names beside verl's, no step logged twice
+
+Each piece only acts when the run's verl config carries our ``harness`` block (translate.py),
+so a plain verl run in the same environment is unaffected.
+"""
+from harness.backends.verl.plugins import mean_n, rais, tracking  # noqa: F401  (registration)
+
+tracking.install()

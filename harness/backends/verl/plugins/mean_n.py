@@ -1,0 +1,92 @@
+"""``mean_n`` inside verl: an agent loop that re-scores each sampled response n times with vLLM.
+
+    logp_old = log( (1/n) sum_i exp(logp_inf[i]) )        (harness.estimators.mean_n.log_mean_prob)
+
+The loop samples exactly as verl's ``single_turn_agent`` does, then sends prompt+response n times
+to the same vLLM servers as a scoring request (``max_tokens=1``, ``prompt_logprobs=0``): each pass
+is an independent forward with its own batch composition, as in the local backend's
+``InferenceEngine.score``. The log-mean-exp of the n per-token log-probs replaces the response's
+rollout log-probs, and the run uses verl's bypass mode (``rollout_correction.bypass_mode=true``),
+so this is pi_old in the PPO ratio, with no training forward. The sampling pass's own log-probs are
+kept in ``extra_fields["harness_sampling_logprobs"]``.
+
+vLLM's prompt log-probs are the model's distribution before the sampler, so validate() requires
+temperature 1 and no top-k with mean_n. Greedy (temperature 0) validation rollouts are not
+re-scored.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+from uuid import uuid4
+
+import torch
+
+from harness.estimators.mean_n import log_mean_prob
+
+AGENT_LOOP_NAME = "harness_mean_n"
+SCORING_PARAMS = {"max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0, "detokenize": False}
+
+
+def response_logprobs(prompt_logprobs: list[list[float]], prompt_len: int, response_len: int) -> list[float]:
+    """The response tokens' log-probs from verl's ``extra_fields["prompt_logprobs"]`` of a scoring pass.
+
+    verl's vLLM server (``extract_prompt_logprobs``) returns one row per token of the scored
+    sequence: row j holds the log-prob of token j+1 given tokens 0..j, and a dummy last row.
+    Response token t sits at position prompt_len + t, so its log-prob is row prompt_len + t - 1.
+    """
+    if prompt_len < 1:
+        raise ValueError("the scored sequence needs at least one prompt token")
+    rows = prompt_logprobs[prompt_len - 1: prompt_len - 1 + response_len]
+    if len(rows) != response_len:
+        raise ValueError(f"scoring returned {len(prompt_logprobs)} rows for a sequence of "
+                         f"{prompt_len}+{response_len} tokens")
+    return [float(r[0]) for r in rows]
+
+
+async def score_response(server_manager: Any, prompt_ids: list[int], response_ids: list[int], n: int) -> torch.Tensor:
+    """[n, R] log-probs of the response from n independent vLLM scoring passes."""
+    seq = list(prompt_ids) + list(response_ids)
+
+    async def one() -> list[float]:
+        out = await server_manager.generate(request_id=uuid4().hex, prompt_ids=seq, sampling_params=dict(SCORING_PARAMS))
+        if "prompt_logprobs" not in out.extra_fields:
+            raise RuntimeError("the rollout server returned no prompt_logprobs: mean_n needs verl's vLLM server")
+        return response_logprobs(out.extra_fields["prompt_logprobs"], len(prompt_ids), len(response_ids))
+
+    passes = await asyncio.gather(*(one() for _ in range(n)))
+    return torch.tensor(passes, dtype=torch.float64)
+
+
+def mean_n_logprobs(scores: torch.Tensor) -> list[float]:
+    """log-mean-exp over the n passes, exactly the local backend's estimator."""
+    return log_mean_prob(scores).tolist()
+
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register  # noqa: E402
+from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop  # noqa: E402
+
+
+@register(AGENT_LOOP_NAME)
+class MeanNAgentLoop(SingleTurnAgentLoop):
+    """verl's single-turn loop + n re-scorings; the response log-probs become mean_n's pi_old."""
+
+    @property
+    def mean_n(self) -> int:
+        h = self.config.get("harness", None) or {}
+        n = h.get("mean_n", None)
+        if n is None or int(n) < 1:
+            raise RuntimeError("agent loop harness_mean_n needs +harness.mean_n=<n >= 1> in the verl config")
+        return int(n)
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
+        output = await super().run(sampling_params, **kwargs)
+        return await self.rescore(output, sampling_params)
+
+    async def rescore(self, output: AgentLoopOutput, sampling_params: dict[str, Any]) -> AgentLoopOutput:
+        if sampling_params.get("temperature", 1.0) == 0 or not output.response_ids:
+            return output  # greedy validation: its log-probs are never a training denominator
+        scores = await score_response(self.server_manager, output.prompt_ids, output.response_ids, self.mean_n)
+        output.extra_fields["harness_sampling_logprobs"] = output.response_logprobs
+        output.response_logprobs = mean_n_logprobs(scores)
+        return output

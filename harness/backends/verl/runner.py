@@ -1,0 +1,104 @@
+"""Running verl for one spec: preflight checks, the MLflow run, the ``main_ppo`` subprocess."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from typing import TYPE_CHECKING, Any
+
+from harness.config import ConfigError, RunConfig
+from harness.backends.verl import translate
+
+if TYPE_CHECKING:  # pragma: no cover
+    from harness.tracking import Tracker
+
+RUN_ID_FILE = "mlflow_run_id"
+SUMMARY_FILE = "summary.json"
+
+
+class VerlUnavailable(ConfigError):
+    """This machine cannot run verl (no GPU, no vLLM, missing data): raised before anything starts."""
+
+    def __init__(self, message: str):
+        super().__init__("backend", message)
+
+
+def command(cfg: RunConfig) -> list[str]:
+    """The exact command ``train`` runs (less the MLflow run id it only knows at run time)."""
+    return translate.command(cfg)
+
+
+def preflight(cfg: RunConfig) -> None:
+    """Everything a verl run needs on this machine, checked before an MLflow run or a job exists."""
+    problems = []
+    try:
+        import vllm  # noqa: F401
+    except Exception as exc:  # noqa: BLE001  (ImportError, or a CUDA/driver error at import)
+        problems.append(f"vLLM is not importable ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
+    try:
+        import torch
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001
+        gpus = 0
+    if gpus == 0:
+        problems.append("no CUDA GPU is visible (torch.cuda.is_available() is False)")
+    elif gpus < cfg.verl.gpus_per_node:
+        problems.append(f"{gpus} GPUs visible, the spec asks for verl.gpus_per_node={cfg.verl.gpus_per_node}")
+    if cfg.verl.nnodes > 1 and not os.environ.get("RAY_ADDRESS"):
+        problems.append(f"verl.nnodes={cfg.verl.nnodes}: a multi-node run starts inside a Slurm allocation "
+                        "(python -m harness.sweep ... launcher=slurm, or the script of "
+                        "harness.backends.verl.launch.sbatch_script)")
+    train_files, val_files = translate.data_files(cfg)
+    for f in (train_files, val_files):
+        if not os.path.exists(os.path.expanduser(f)):
+            problems.append(f"data file {f} is missing: prepare it with "
+                            f"`python -m harness.backends.verl.data {cfg.task.name}` (see docs/verl.md)")
+    path = cfg.model.path or ""
+    if path.startswith(("/", ".", "~")) and not os.path.exists(os.path.expanduser(path)):
+        problems.append(f"model.path {path} does not exist")  # a Hub id (org/name) is fetched by verl
+    if problems:
+        raise VerlUnavailable("cannot run verl on this machine: " + "; ".join(problems) +
+                              ". verl runs need GPU nodes with vLLM; `--dry-run` prints the command")
+
+
+def _tracker(cfg: RunConfig) -> "Tracker":
+    """This run's MLflow run: created once (tags, params, spec), re-attached on every requeue."""
+    import yaml
+
+    from harness.tracking import Tracker
+
+    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    id_file = cfg.run_dir / RUN_ID_FILE
+    if id_file.exists():
+        return Tracker(cfg.tracking_uri, cfg.tracking.experiment, run_id=id_file.read_text().strip())
+    tracker = Tracker(cfg.tracking_uri, cfg.tracking.experiment, run_name=translate.run_name(cfg),
+                      tags=translate.run_tags(cfg))
+    spec = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+    tracker.log_text(spec, "spec.yaml")
+    tracker.log_text("\n".join(command(cfg)), "verl_command.txt")
+    id_file.write_text(tracker.run_id + "\n")
+    return tracker
+
+
+def train(cfg: RunConfig, tracker: "Tracker | None" = None) -> None:
+    """Run verl for this spec (resuming it if it ran before); raises VerlUnavailable off a GPU node."""
+    summary = cfg.run_dir / SUMMARY_FILE
+    if summary.exists():
+        return
+    preflight(cfg)
+    tracker = tracker or _tracker(cfg)
+    env = {**translate.environment(cfg), "MLFLOW_RUN_ID": tracker.run_id}
+    argv = translate.command(cfg, env=env)
+    print("[harness] " + " ".join(argv[:3]) + " ... (" + str(len(argv)) + " args)", flush=True)
+    proc = subprocess.run(argv, env={**os.environ, **env})
+    if proc.returncode != 0:
+        tracker.set_tags({"status": "failed"})
+        raise RuntimeError(f"verl exited with status {proc.returncode} (MLflow run {tracker.run_id})")
+    tracker.set_tags({"status": "finished"})
+    summary.write_text(json.dumps({"run_id": tracker.run_id, "signature": cfg.signature, "status": "finished"}) + "\n")
+
+
+def summary(cfg: RunConfig) -> dict[str, Any] | None:
+    path = cfg.run_dir / SUMMARY_FILE
+    return json.loads(path.read_text()) if path.exists() else None
