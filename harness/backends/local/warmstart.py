@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import asdict
 from pathlib import Path
 
@@ -38,6 +39,7 @@ def sampled_reward(policy: Policy, task: Task, gen: torch.Generator, n: int = 12
     return task.reward(tokens[:, task.prompt_len:], answers)[0].mean().item()
 
 
+@torch.enable_grad()
 def warm_start(mcfg: ModelConfig, tcfg: TaskConfig, seed: int, use_cache: bool = True) -> tuple[Policy, dict]:
     """Returns the warm-started float32 policy and a record {steps, reward}."""
     path = cache_path(mcfg, tcfg, seed)
@@ -64,7 +66,7 @@ def warm_start(mcfg: ModelConfig, tcfg: TaskConfig, seed: int, use_cache: bool =
     record = {"steps": step, "reward": reward}
     if use_cache:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # concurrent runs may warm-start the same model
         torch.save({"state": policy.state_dict(), "record": record}, tmp)
         tmp.replace(path)
     return policy, record
