@@ -266,5 +266,3 @@ def cancel(records: Iterable[dict]) -> None:
             os.kill(int(r["job_id"]), 2)
 
 
-if __name__ == "__main__":  # pragma: no cover
-    print(slurm_available(), file=sys.stderr)

@@ -43,7 +43,7 @@ from typing import Any, Optional
 
 import yaml
 
-from harness.config import ROOT, ConfigError, RunConfig, build, compose, signature
+from harness.config import ROOT, ConfigError, RunConfig, build, compose
 
 SUMMARY_FILE = "summary.json"  # written by harness.run.execute when a run is over
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -340,10 +340,9 @@ def build_run(spec: SweepSpec, overrides: list[str], name: str = "") -> RunConfi
     if spec.tracking_uri:
         data["tracking"]["uri"] = spec.tracking_uri
     data["tracking"]["run_name"] = name or None
-    sig = signature(data)
-    data["out_dir"] = str(spec.runs_dir / sig)
+    data["out_dir"] = None
     cfg = build(data)
-    assert cfg.signature == sig
+    cfg.out_dir = str(spec.runs_dir / cfg.signature)  # not an identity key: the signature is unchanged
     return cfg
 
 

@@ -1,0 +1,158 @@
+"""``python -m harness.status SPEC.yaml [OVERRIDE ...] [--json]``: where every run of a sweep stands.
+
+One row per run: its name, signature, the Slurm (or local) job, the state (the run's own result
+when it is over: finished / diverged / pruned; else the scheduler's: PENDING, RUNNING, ...; else
+what submitit's result files say), the last logged step, the smoothed reward there, and whether
+the reward curve has collapsed (pre-registered rule, ``harness.launch.scoring``). Progress comes
+from MLflow (the run with the signature's ``spec_sig`` tag in the sweep's experiment). For an
+Optuna spec (a ``tune:`` block) it prints the study's trials instead.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
+
+from harness.launch.sweep import SUMMARY_FILE, JobsDB, SweepError, SweepSpec, load_spec, split_args, validate
+
+USAGE = """usage: python -m harness.status SPEC.yaml [OVERRIDE ...] [--json]
+
+  Prints run, signature, job, state, step, reward, collapsed? for every run of the sweep
+  (the same overrides as harness.sweep select the same runs). --json: one JSON object per run."""
+
+
+@dataclass
+class RunStatus:
+    run: str
+    signature: str
+    job: str
+    state: str
+    step: Optional[int]  # steps logged so far (the last step + 1)
+    steps: int  # planned
+    reward: Optional[float]  # smoothed reward at the last logged step
+    collapsed: Optional[int]  # collapse onset step, None if none
+    mlflow_run: str = ""
+    detail: str = ""
+
+
+def mlflow_progress(uri: str, experiment: str, sigs: list[str], window: int = 10) -> dict[str, dict[str, Any]]:
+    """``signature -> {run_id, rewards, losses, status}`` from the latest MLflow run with that spec_sig."""
+    from mlflow.tracking import MlflowClient
+
+    from harness import metrics as M
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return {}
+    wanted, latest = set(sigs), {}
+    page = None
+    while True:
+        res = client.search_runs([exp.experiment_id], max_results=1000, page_token=page,
+                                 order_by=["attributes.start_time DESC"])
+        for r in res:
+            sig = r.data.tags.get("spec_sig")
+            if sig in wanted and sig not in latest:
+                latest[sig] = r
+        page = res.token
+        if not page:
+            break
+    out = {}
+    for sig, r in latest.items():
+        rew = sorted(client.get_metric_history(r.info.run_id, M.REWARD_MEAN), key=lambda m: m.step)
+        loss = sorted(client.get_metric_history(r.info.run_id, M.POLICY_LOSS), key=lambda m: m.step)
+        out[sig] = {"run_id": r.info.run_id, "rewards": [m.value for m in rew], "steps": [m.step for m in rew],
+                    "losses": [m.value for m in loss], "status": r.data.tags.get("status", r.info.status),
+                    "tags": dict(r.data.tags)}
+    return out
+
+
+def sweep_status(spec: SweepSpec) -> list[RunStatus]:
+    from harness.launch.executors import job_states
+    from harness.launch.scoring import CollapseRule, collapse_onset, smooth
+
+    runs = validate(spec)
+    db = JobsDB(spec.sweep_dir)
+    states = job_states(list(db.runs.values()))
+    uri = runs[0].cfg.tracking_uri
+    try:
+        progress = mlflow_progress(uri, spec.experiment, [r.signature for r in runs])
+    except Exception as exc:  # noqa: BLE001 - status must still show the scheduler's view
+        print(f"warning: cannot read MLflow at {uri}: {exc}", file=sys.stderr)
+        progress = {}
+    rule = CollapseRule()
+    rows = []
+    for r in runs:
+        rec = db.runs.get(r.signature, {})
+        jid = str(rec.get("job_id", ""))
+        js = states.get(jid) if jid else None
+        summary_path = r.cfg.run_dir / SUMMARY_FILE
+        detail = ""
+        if summary_path.exists():
+            try:
+                state = json.loads(summary_path.read_text()).get("status", "finished")
+            except (OSError, json.JSONDecodeError):
+                state = "finished"
+        elif js is not None:
+            state, detail = js.state, js.detail
+            if js.alive and rec.get("launcher") == "local" and r.signature not in progress:
+                state = "PENDING"
+        else:
+            state = "not submitted"
+        p = progress.get(r.signature)
+        step = reward = onset = None
+        if p and p["rewards"]:
+            step = p["steps"][-1] + 1
+            reward = smooth(p["rewards"], rule.window)[-1]
+            onset = collapse_onset(p["rewards"], rule, p["losses"])
+        rows.append(RunStatus(run=r.name or spec.name, signature=r.signature, job=jid, state=state, step=step,
+                              steps=r.cfg.trainer.steps, reward=reward, collapsed=onset,
+                              mlflow_run=p["run_id"] if p else "", detail=detail))
+    return rows
+
+
+def format_table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def print_status(spec: SweepSpec, rows: list[RunStatus], out=sys.stdout) -> None:
+    header = ["run", "signature", "job", "state", "step", "reward", "collapsed?"]
+    table = []
+    for s in rows:
+        table.append([
+            s.run, s.signature, s.job or "-", s.state + (f" ({s.detail})" if s.detail else ""),
+            f"{s.step}/{s.steps}" if s.step is not None else f"-/{s.steps}",
+            f"{s.reward:.3f}" if s.reward is not None else "-",
+            "-" if s.step is None else (f"yes@{s.collapsed}" if s.collapsed is not None else "no"),
+        ])
+    print(f"sweep {spec.name} (MLflow experiment {spec.experiment!r}, jobs in {spec.sweep_dir / 'jobs.json'})", file=out)
+    print(format_table(table, header), file=out)
+    counts: dict[str, int] = {}
+    for s in rows:
+        counts[s.state] = counts.get(s.state, 0) + 1
+    print(", ".join(f"{n} {k}" for k, n in sorted(counts.items())), file=out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        path, overrides, opts = split_args(argv, ("--json",), USAGE)
+        spec = load_spec(path, overrides)
+        if spec.tune is not None:
+            from harness.launch.tune import report
+
+            report(spec, plots=False, as_json="--json" in opts)
+            return 0
+        rows = sweep_status(spec)
+    except SweepError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if "--json" in opts:
+        for s in rows:
+            print(json.dumps(asdict(s)))
+    else:
+        print_status(spec, rows)
+    return 0
