@@ -45,7 +45,7 @@ class _Call:
         self.cfg, self.gen = cfg, gen
         self.split = 1
         if cfg.batch_variance and not cfg.deterministic:
-            self.split = SPLITS[int(torch.randint(len(SPLITS), (1,), generator=gen))]
+            self.split = SPLITS[int(torch.randint(len(SPLITS), (1,), generator=gen, device=gen.device))]
 
     def mm(self, x: Tensor, w: Tensor) -> Tensor:
         k = x.shape[-1]

@@ -39,8 +39,10 @@ def probe(cfg: RunConfig, n: int = 8, sequences: int = 256) -> ProbeResult:
     policy, _ = warm_start(cfg.model, cfg.task, cfg.seed)
     task = Task(cfg.task)
     prompts, _ = task.sample(sequences, torch.Generator().manual_seed(cfg.seed + 99))
-    infer = InferenceEngine(policy, cfg.inference, cfg.seed)
-    tokens = infer.generate(prompts, task.answer_len).tokens
+    device = torch.device("cuda" if cfg.backend.device != "cpu" and torch.cuda.is_available() else "cpu")
+    policy = policy.to(device)
+    infer = InferenceEngine(policy, cfg.inference, cfg.seed, device)
+    tokens = infer.generate(prompts.to(device), task.answer_len).tokens
     train = TrainEngine(policy)
     inf = infer.score(tokens, task.prompt_len, n)  # [n, B, R]
     trn = torch.stack([train.logprobs(tokens, task.prompt_len).logp for _ in range(n)])

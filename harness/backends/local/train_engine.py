@@ -52,7 +52,7 @@ def _moe(moe: MoE, x: Tensor, replay: Tensor | None) -> tuple[Tensor, Tensor, Te
     selected, gates = route(logits, moe.top_k, replay)
     h = F.silu(torch.einsum("nd,edf->enf", x, moe.w_gate)) * torch.einsum("nd,edf->enf", x, moe.w_up)
     y = torch.einsum("enf,efd->end", h, moe.w_down)  # every expert, every token: [E, N, d]
-    picked = y[selected, torch.arange(n)[:, None]]  # [N, k, d]
+    picked = y[selected, torch.arange(n, device=x.device)[:, None]]  # [N, k, d]
     return (picked * gates[..., None]).sum(1), logits, selected
 
 
