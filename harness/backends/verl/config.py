@@ -101,6 +101,26 @@ def validate(cfg: "RunConfig") -> "RunConfig":
              f"unknown value {v.strategy!r}; allowed: {', '.join(STRATEGIES)}")
     _require(v.rollout in ROLLOUT_ENGINES, "verl.rollout",
              f"unknown value {v.rollout!r}; allowed: {', '.join(ROLLOUT_ENGINES)}")
+    # estimators
+    if e.name == "r3":
+        _require(v.strategy == "megatron", "estimator",
+                 f"r3 (rollout routing replay) runs only on verl's megatron engine "
+                 f"(actor.megatron.router_replay.mode=R3); verl.strategy={v.strategy} has no router replay. "
+                 "Use a megatron model preset (model=qwen3_30b_a3b) or set verl.strategy=megatron")
+    if e.name == "rais":
+        _require(v.strategy == "megatron", "estimator",
+                 f"rais needs the MoE router's probabilities from verl's megatron engine; verl.strategy={v.strategy}")
+        _require(v.experimental_rais, "estimator",
+                 "rais on verl: the policy loss 'harness_rais' is registered and tested on CPU, but verl 0.9.1 does "
+                 "not pass router log-probs to policy losses, so a run stops at its first update (docs/verl.md, "
+                 "'RAIS'). Set verl.experimental_rais=true once your verl provides them")
+    if e.name == "mean_n":
+        _require(e.n is not None and e.n >= 1, "estimator.n", f"must be an integer >= 1, got {e.n}")
+        _require(i.temperature == 1.0 and i.top_k == 0, "inference.temperature",
+                 "mean_n re-scores with vLLM prompt_logprobs, which are the model's raw distribution: with "
+                 f"temperature={i.temperature}, top_k={i.top_k} they would not be the sampling distribution. "
+                 "Use temperature 1.0 and top_k 0 with mean_n on verl")
+
     for key in ("nnodes", "gpus_per_node"):
         _require(getattr(v, key) >= 1, f"verl.{key}", f"must be >= 1, got {getattr(v, key)}")
     for key in ("tp", "pp", "cp", "ep", "micro_batch_per_gpu", "max_token_len_per_gpu", "rollout_tp", "rollout_ep"):
@@ -141,26 +161,6 @@ def validate(cfg: "RunConfig") -> "RunConfig":
              f"model {m.name} has no checkpoint (model.path is null); the verl backend trains a Hugging Face "
              "model: pick a preset with a path (e.g. model=qwen3_30b_a3b or model=qwen3_4b) or set model.path")
     _require(t.name in VERL_TASKS, "task", f"the verl backend has no data for task {t.name!r}; allowed: {', '.join(VERL_TASKS)}")
-
-    # estimators
-    if e.name == "r3":
-        _require(v.strategy == "megatron", "estimator",
-                 f"r3 (rollout routing replay) runs only on verl's megatron engine "
-                 f"(actor.megatron.router_replay.mode=R3); verl.strategy={v.strategy} has no router replay. "
-                 "Use a megatron model preset (model=qwen3_30b_a3b) or set verl.strategy=megatron")
-    if e.name == "rais":
-        _require(v.strategy == "megatron", "estimator",
-                 f"rais needs the MoE router's probabilities from verl's megatron engine; verl.strategy={v.strategy}")
-        _require(v.experimental_rais, "estimator",
-                 "rais on verl: the policy loss 'harness_rais' is registered and tested on CPU, but verl 0.9.1 does "
-                 "not pass router log-probs to policy losses, so a run stops at its first update (docs/verl.md, "
-                 "'RAIS'). Set verl.experimental_rais=true once your verl provides them")
-    if e.name == "mean_n":
-        _require(e.n is not None and e.n >= 1, "estimator.n", f"must be an integer >= 1, got {e.n}")
-        _require(i.temperature == 1.0 and i.top_k == 0, "inference.temperature",
-                 "mean_n re-scores with vLLM prompt_logprobs, which are the model's raw distribution: with "
-                 f"temperature={i.temperature}, top_k={i.top_k} they would not be the sampling distribution. "
-                 "Use temperature 1.0 and top_k 0 with mean_n on verl")
 
     # the local engine's perturbation knobs have no vLLM counterpart
     for key, off in (("router_noise_sigma", 0.0), ("logit_noise_sigma", 0.0), ("bias_delta", 1.0)):

@@ -23,21 +23,29 @@ INSTRUCTION = 'Think briefly, then output the final answer after "####".'
 GSM8K_SOURCE = "openai/gsm8k"
 
 
-def sort_example(rng: random.Random, length: int) -> tuple[str, str]:
-    digits = [rng.randrange(10) for _ in range(length)]
-    q = (f"Sort these {length} digits in ascending order: {' '.join(map(str, digits))}. "
+def sort_text(digits: list[int]) -> tuple[str, str]:
+    """(prompt, reference) of the local ``sort`` task's example ``digits``."""
+    q = (f"Sort these {len(digits)} digits in ascending order: {' '.join(map(str, digits))}. "
          f"Write the sorted digits separated by spaces. {INSTRUCTION}")
     return q, " ".join(map(str, sorted(digits)))
 
 
-def addition_example(rng: random.Random, length: int) -> tuple[str, str]:
-    a = [rng.randrange(10) for _ in range(length)]
-    b = [rng.randrange(10) for _ in range(length)]
+def addition_text(a: list[int], b: list[int]) -> tuple[str, str]:
+    """(prompt, reference) of the local ``addition`` task's example a + b (digits, most significant first)."""
+    length = len(a)
     total = int("".join(map(str, a))) + int("".join(map(str, b)))
     answer = [(total // 10**i) % 10 for i in range(length + 1)]  # least significant first, as the local task
     q = (f"Add {''.join(map(str, a))} and {''.join(map(str, b))}. Write the {length + 1} digits of the sum from the "
          f"least significant to the most significant (pad with a leading zero), separated by spaces. {INSTRUCTION}")
     return q, " ".join(map(str, answer))
+
+
+def sort_example(rng: random.Random, length: int) -> tuple[str, str]:
+    return sort_text([rng.randrange(10) for _ in range(length)])
+
+
+def addition_example(rng: random.Random, length: int) -> tuple[str, str]:
+    return addition_text([rng.randrange(10) for _ in range(length)], [rng.randrange(10) for _ in range(length)])
 
 
 def generated_rows(task: str, length: int, n: int, seed: int, split: str) -> list[dict]:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from harness.backends.verl.config import validate
 from harness.config import ROOT, RunConfig
 
 SPEC_FILE = "spec.json"
@@ -72,6 +73,7 @@ def read_spec(path: str | Path) -> RunConfig:
 
 def slurm_parameters(cfg: RunConfig, res: SlurmResources | None = None) -> dict[str, Any]:
     """Parameters for ``submitit.AutoExecutor.update_parameters`` (one task per node)."""
+    validate(cfg)
     res = res or SlurmResources()
     params: dict[str, Any] = {
         "name": job_name(cfg), "nodes": cfg.verl.nnodes, "tasks_per_node": 1,
@@ -90,6 +92,7 @@ def slurm_parameters(cfg: RunConfig, res: SlurmResources | None = None) -> dict[
 
 def sbatch_script(cfg: RunConfig, res: SlurmResources | None = None, python: str | None = None) -> str:
     """A self-contained sbatch script for the run (writes ``<run_dir>/spec.json`` as a side effect)."""
+    validate(cfg)
     res = res or SlurmResources()
     spec = write_spec(cfg)
     v, run_dir = cfg.verl, cfg.run_dir

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.config import ConfigError, RunConfig
 from harness.backends.verl import translate
+from harness.backends.verl.config import validate
 
 if TYPE_CHECKING:  # pragma: no cover
     from harness.tracking import Tracker
@@ -24,7 +25,10 @@ class VerlUnavailable(ConfigError):
 
 
 def command(cfg: RunConfig) -> list[str]:
-    """The exact command ``train`` runs (less the MLflow run id it only knows at run time)."""
+    """The exact command ``train`` runs (less the MLflow run id it only knows at run time).
+
+    Validates first: an invalid combination (R3 on FSDP, ...) raises ConfigError, whoever calls."""
+    validate(cfg)
     return translate.command(cfg)
 
 
@@ -83,6 +87,7 @@ def _tracker(cfg: RunConfig) -> "Tracker":
 
 def train(cfg: RunConfig, tracker: "Tracker | None" = None) -> None:
     """Run verl for this spec (resuming it if it ran before); raises VerlUnavailable off a GPU node."""
+    validate(cfg)
     summary = cfg.run_dir / SUMMARY_FILE
     if summary.exists():
         return

@@ -251,3 +251,24 @@ def command(cfg: RunConfig, commit: str | None = None, python: str | None = None
     env = environment(cfg) if env is None else env
     prefix = ["env", *(f"{k}={val}" for k, val in sorted(env.items()))]
     return [*prefix, python or sys.executable, *ENTRYPOINT, *overrides(cfg, commit, env)]
+
+
+def verl_config(cfg: RunConfig, commit: str | None = None, check: bool = True):
+    """The config ``main_ppo`` would run: our overrides composed with the installed verl's own
+    ``ppo_trainer.yaml`` (Hydra compose API), then verl's pre-flight ``validate_config``.
+
+    Needs verl importable (not vLLM, not a GPU); a launcher can call it before submitting a job."""
+    from pathlib import Path as _Path
+
+    import verl
+    from hydra import compose, initialize_config_dir
+
+    config_dir = _Path(verl.__file__).parent / "trainer" / "config"
+    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+        vc = compose(config_name="ppo_trainer", overrides=overrides(cfg, commit))
+    if check:
+        from verl.trainer.ppo.utils import need_critic, need_reference_policy
+        from verl.utils.config import validate_config
+
+        validate_config(config=vc, use_reference_policy=need_reference_policy(vc), use_critic=need_critic(vc))
+    return vc

@@ -1,0 +1,65 @@
+"""Fixtures of the verl backend tests: verl's own config tree, a tiny offline HF checkpoint, specs.
+
+All of it runs on CPU: verl 0.9.1 is installed (tests extra), vLLM and GPUs are not. The only
+fakes are for what cannot run here, and they say so: ``FakeVLLMServer`` (verl's rollout server).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+verl = pytest.importorskip("verl", reason="verl is not installed (scripts/install.sh test installs verl==0.9.1)")
+
+from harness.config import ConfigError, load  # noqa: E402
+
+VERL_CONFIG_DIR = Path(verl.__file__).parent / "trainer" / "config"
+LLM = ["trainer.lr=1e-6", "trainer.prompts_per_step=16", "trainer.group_size=8", "trainer.num_minibatches=4"]
+
+
+def verl_spec(*overrides: str, tmp: Path | None = None):
+    """A validated backend=verl RunConfig (harness.config.load + the verl backend's validate)."""
+    from harness.backends.verl.config import validate
+
+    extra = [f"out_dir={tmp}/run", f"tracking.uri=sqlite:///{tmp}/mlruns.db"] if tmp is not None else []
+    return validate(load(["backend=verl", *LLM, *extra, *overrides]))
+
+
+@pytest.fixture
+def spec():
+    """``spec("estimator=tis", "model=qwen3_30b_a3b", ...)`` -> a validated backend=verl RunConfig."""
+    return verl_spec
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_model(tmp_path_factory) -> Path:
+    """A Qwen3-MoE config + word-level tokenizer with a chat template, written offline (no weights):
+    enough for verl's HFModelConfig and RLHFDataset."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen3MoeConfig
+
+    out = tmp_path_factory.mktemp("tiny_qwen3_moe")
+    words = [str(d) for d in range(10)] + "sort these digits in ascending order add and write the sum of".split()
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "[UNK]"]
+    vocab = {w: i for i, w in enumerate(specials + sorted(set(words)))}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   unk_token="[UNK]")
+    fast.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }} {{ m['content'] }}<|im_end|>"
+                          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant {% endif %}")
+    fast.save_pretrained(out)
+    Qwen3MoeConfig(vocab_size=len(vocab), hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                   num_experts=8, num_experts_per_tok=4, architectures=["Qwen3MoeForCausalLM"]).save_pretrained(out)
+    assert json.loads((out / "config.json").read_text())["model_type"] == "qwen3_moe"
+    return out
+
+
+@pytest.fixture
+def no_hf_network(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+
+

@@ -1,0 +1,231 @@
+"""Every estimator's override list composes with verl's own ppo_trainer.yaml and passes verl's checks.
+
+The overrides are applied through Hydra's compose API to the ``trainer/config`` tree installed with
+verl 0.9.1 (nothing re-typed here), then go through what ``main_ppo`` runs before it needs GPUs:
+``validate_config`` (which builds the actor dataclass) and the dataclass builds of the other
+sections (algorithm, rollout correction, rollout, model).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.config import ESTIMATORS, ConfigError
+
+from harness.backends.verl import translate
+
+ESTIMATOR_ARGS = {
+    "rollout": [], "recompute": [], "tis": ["estimator.level=sequence"], "mis": [], "icepop": [], "r3": [],
+    "mean_n": ["estimator.n=4"], "rais": ["verl.experimental_rais=true"], "deterministic": [],
+}
+MOE, DENSE = "model=qwen3_30b_a3b", "model=qwen3_4b"
+CASES = [(e, MOE) for e in ESTIMATORS] + [(e, DENSE) for e in ESTIMATORS if e not in ("r3", "rais")]
+
+
+def _verl_checks(vc) -> dict:
+    """What main_ppo does with a composed config before it starts Ray (plus the dataclass builds)."""
+    from verl.trainer.config import AlgoConfig
+    from verl.trainer.config.algorithm import RolloutCorrectionConfig
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+    from verl.workers.config import RolloutConfig
+
+    validate_config(config=vc, use_reference_policy=need_reference_policy(vc), use_critic=need_critic(vc))
+    algo = omega_conf_to_dataclass(vc.algorithm)
+    assert isinstance(algo, AlgoConfig)
+    rc = omega_conf_to_dataclass(vc.algorithm.rollout_correction, dataclass_type=RolloutCorrectionConfig)
+    actor = omega_conf_to_dataclass(vc.actor_rollout_ref.actor)
+    rollout = omega_conf_to_dataclass(vc.actor_rollout_ref.rollout)
+    assert isinstance(rollout, RolloutConfig)
+    get_adv_estimator_fn(vc.algorithm.adv_estimator)
+    assert not need_critic(vc) and not need_reference_policy(vc)  # GRPO, no KL: as the harness's loss
+    return {"rc": rc, "actor": actor, "rollout": rollout}
+
+
+@pytest.mark.parametrize("estimator,model", CASES, ids=[f"{e}-{m.split('=')[1]}" for e, m in CASES])
+def test_overrides_compose_with_verl_and_pass_its_validation(spec, estimator, model):
+    import harness.backends.verl.plugins  # noqa: F401  (registers harness_rais, harness_mean_n)
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
+    from verl.trainer.ppo.rollout_corr_helper import _parse_rollout_is_threshold
+
+    cfg = spec(f"estimator={estimator}", model, *ESTIMATOR_ARGS[estimator])
+    vc = translate.verl_config(cfg, commit="abc123", check=False)
+    built = _verl_checks(vc)
+    rc, actor, rollout = built["rc"], built["actor"], built["rollout"]
+    a, r, tr = vc.actor_rollout_ref.actor, vc.actor_rollout_ref.rollout, cfg.trainer
+
+    # the estimator's own settings
+    assert rc.bypass_mode is (estimator in ("rollout", "deterministic", "mean_n"))
+    assert r.full_determinism is (estimator == "deterministic")
+    assert r.enable_rollout_routing_replay is (estimator == "r3")
+    if a.strategy == "megatron":
+        assert a.megatron.router_replay.mode == ("R3" if estimator == "r3" else "disabled")
+    assert get_policy_loss_fn(actor.policy_loss.loss_mode) is not None
+    assert actor.policy_loss.loss_mode == ("harness_rais" if estimator == "rais" else "vanilla")
+    assert r.agent.default_agent_loop in _agent_loop_registry
+    assert (r.agent.default_agent_loop == "harness_mean_n") is (estimator == "mean_n")
+    if estimator == "mean_n":
+        assert vc.harness.mean_n == 4
+    if rc.rollout_is is not None:
+        _parse_rollout_is_threshold(rc.rollout_is_threshold)
+    if estimator == "tis":
+        assert (rc.rollout_is, rc.rollout_is_threshold, rc.rollout_rs) == ("sequence", 2.0, None)
+    if estimator == "icepop":
+        assert (rc.rollout_is, rc.rollout_is_threshold) == ("token", "0.5_5.0")
+    if estimator in ("rollout", "recompute", "r3", "mean_n", "rais", "deterministic"):
+        assert rc.rollout_is is None and rc.rollout_rs is None
+
+    # the shared spec: GRPO batch geometry, sampler, loss
+    assert vc.algorithm.adv_estimator == "grpo" and vc.algorithm.norm_adv_by_std_in_grpo
+    assert vc.data.train_batch_size == tr.prompts_per_step and r.n == tr.group_size
+    assert a.ppo_mini_batch_size * tr.num_minibatches == tr.prompts_per_step
+    assert actor.clip_ratio_low == actor.clip_ratio_high == tr.clip_eps
+    assert actor.optim.lr == tr.lr and actor.loss_agg_mode == "token-mean" and not actor.use_kl_loss
+    assert rollout.logprobs_mode == "processed_logprobs" and rollout.temperature == 1.0
+    assert vc.trainer.total_training_steps == tr.steps
+    assert list(vc.trainer.logger) == ["console", "mlflow"]
+    assert vc.trainer.project_name == cfg.tracking.experiment
+    env = vc.ray_kwargs.ray_init.runtime_env.env_vars
+    assert env.VERL_USE_EXTERNAL_MODULES == "harness.backends.verl.plugins"
+    assert all(isinstance(x, str) for x in env.values())  # Ray wants str -> str
+    tags = vc.harness.tags
+    assert {k: str(v) for k, v in tags.items()} == translate.run_tags(cfg, commit="abc123")
+    assert tags.spec_sig == cfg.signature and tags.backend == "verl"
+
+
+def test_a_typo_in_a_key_fails_composition(spec):
+    import verl
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import ConfigCompositionException
+
+    cfg = spec("estimator=tis", MOE)
+    bad = [o.replace("rollout_is_threshold", "rollout_is_treshold") for o in translate.overrides(cfg)]
+    with pytest.raises(ConfigCompositionException):
+        with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer/config"), version_base=None):
+            compose(config_name="ppo_trainer", overrides=bad)
+
+
+def test_model_section_builds_verl_hf_model_config(spec, tiny_hf_model, no_hf_network):
+    """verl's HFModelConfig reads the checkpoint (config + tokenizer) our model.path points to."""
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.workers.config import HFModelConfig
+
+    for model in (MOE, DENSE):
+        cfg = spec("estimator=recompute", model, f"model.path={tiny_hf_model}")
+        vc = translate.verl_config(cfg, check=False)
+        hf = omega_conf_to_dataclass(vc.actor_rollout_ref.model)
+        assert isinstance(hf, HFModelConfig) and hf.hf_config.model_type == "qwen3_moe"
+        assert hf.architectures == ["Qwen3MoeForCausalLM"]
+
+
+@pytest.mark.parametrize("level", ["sequence", "token"])
+@pytest.mark.parametrize("estimator", ["tis", "mis", "icepop"])
+def test_translated_rollout_correction_reproduces_our_estimator(spec, estimator, level):
+    """verl's rollout-correction step, configured by our overrides, gives our estimator's weight and
+    mask (for MIS: weight rho*1[rho<=C] and the rejected sequences/tokens leave the mask)."""
+    if estimator == "icepop" and level == "sequence":
+        pytest.skip("icepop is token level")
+    from verl.protocol import DataProto
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
+
+    from harness.estimators import build
+    from harness.estimators.base import PolicyForward
+
+    args = [f"estimator.level={level}"] if estimator != "icepop" else []
+    cfg = spec(f"estimator={estimator}", MOE, *args)
+    rc = translate.verl_config(cfg, check=False).algorithm.rollout_correction
+
+    g = torch.Generator().manual_seed(0)
+    B, R = 64, 12
+    logp_roll = -torch.rand(B, R, generator=g, dtype=torch.float64) * 3
+    logp_rec = logp_roll + torch.randn(B, R, generator=g, dtype=torch.float64) * 0.3
+    mask = (torch.arange(R) < torch.randint(3, R + 1, (B, 1), generator=g)).to(torch.float64)
+    batch = DataProto.from_dict(tensors={"old_log_probs": logp_rec, "rollout_log_probs": logp_roll,
+                                         "response_mask": mask.clone()})
+    out, metrics = compute_rollout_correction_and_add_to_batch(batch, rc)
+
+    class Ctx:  # the local trainer's OldPolicyContext, on fixed tensors
+        def __init__(self):
+            self.logp_roll, self.mask, self.routed_experts = logp_roll, mask, None
+
+        def recompute(self, replay=None):
+            return PolicyForward(logp=logp_rec)
+
+    old = build(cfg.estimator).old_policy(Ctx())
+    torch.testing.assert_close(out.batch["rollout_is_weights"], old.weight * mask)
+    torch.testing.assert_close(out.batch["response_mask"].to(torch.float64), old.mask)
+    if estimator == "mis":
+        assert 0 < metrics["rollout_corr/rollout_rs_masked_fraction"] < 1  # the test exercises masking
+
+
+def test_mis_and_icepop_thresholds_are_strings_after_composition(spec):
+    for est in ("mis", "icepop"):
+        rc = translate.verl_config(spec(f"estimator={est}", MOE), check=False).algorithm.rollout_correction
+        assert isinstance(rc.rollout_is_threshold, str)
+    rc = translate.verl_config(spec("estimator=mis", MOE, "estimator.clip_c=4"), check=False)
+    rc = rc.algorithm.rollout_correction
+    assert (rc.rollout_is_threshold, rc.rollout_rs, rc.rollout_rs_threshold) == ("1e-9_4.0", "seq_sum_k1", "0.25_inf")
+
+
+def test_hydra_values_round_trip_through_composition(spec):
+    """Our value quoting: paths, floats, inf, lists, lookalike strings keep their type in verl's config."""
+    cfg = spec("estimator=recompute", MOE, "trainer.max_grad_norm=null", "verl.dual_clip_c=3.0",
+                    "verl.data.train_files='/data/my set/train-v1.parquet'")
+    vc = translate.verl_config(cfg, check=False)
+    assert vc.actor_rollout_ref.actor.optim.clip_grad == float("inf")
+    assert vc.actor_rollout_ref.actor.clip_ratio_c == 3.0
+    assert vc.data.train_files == "/data/my set/train-v1.parquet"
+    assert vc.actor_rollout_ref.model.path == "Qwen/Qwen3-30B-A3B"
+    assert translate.hydra_value("0.5_5.0") == '"0.5_5.0"' and translate.hydra_value("true") == '"true"'
+
+
+def test_dual_clip_is_off_by_default_as_in_the_harness_loss(spec):
+    a = translate.verl_config(spec("estimator=recompute", MOE), check=False).actor_rollout_ref.actor
+    assert a.clip_ratio_c >= 1e29
+
+
+def test_megatron_and_fsdp_parallelism_reach_verl(spec):
+    vc = translate.verl_config(spec("estimator=r3", MOE), check=False)
+    m = vc.actor_rollout_ref.actor.megatron
+    assert vc.actor_rollout_ref.actor.strategy == "megatron"
+    assert (m.tensor_model_parallel_size, m.expert_model_parallel_size) == (2, 8)
+    assert vc.actor_rollout_ref.rollout.tensor_model_parallel_size == 4
+    vc = translate.verl_config(spec("estimator=tis", DENSE), check=False)
+    assert vc.actor_rollout_ref.actor.strategy == "fsdp2"
+    assert vc.data.apply_chat_template_kwargs.enable_thinking is False
+
+
+def test_generated_task_uses_our_reward_and_gsm8k_verls(spec):
+    vc = translate.verl_config(spec("estimator=tis", MOE, "task=addition", "task.reward=exact"), check=False)
+    fn = vc.reward.custom_reward_function
+    assert fn.path == str(translate.REWARD_FILE) and fn.name == "compute_score" and fn.reward_kwargs.mode == "exact"
+    assert vc.data.train_files.endswith("addition_L3/train.parquet")
+    assert vc.harness.exact_reward is True
+
+
+def test_gsm8k_preset_translates():
+    """task=gsm8k_verl (needs 'gsm8k' in harness.config.TASKS; built here without that check)."""
+    from harness.config import build, compose
+
+    from harness.backends.verl.config import validate
+
+    raw = compose(["backend=verl", "model=qwen3_30b_a3b", "task=gsm8k_verl", "estimator=tis", "trainer.lr=1e-6",
+                   "trainer.prompts_per_step=16", "trainer.num_minibatches=4"])
+    try:
+        cfg = build(raw)
+    except ConfigError as exc:
+        if exc.key != "task":
+            raise
+        from harness.config import RunConfig, from_dict
+
+        cfg = from_dict(RunConfig, raw)
+    validate(cfg)
+    vc = translate.verl_config(cfg, check=False)
+    _verl_checks(vc)
+    assert vc.data.train_files.endswith("gsm8k/train.parquet")
+    assert vc.reward.custom_reward_function.path is None  # verl's rule reward by data_source
+    assert vc.harness.exact_reward is True
