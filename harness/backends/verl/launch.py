@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from submitit.helpers import Checkpointable, DelayedSubmission
+
 from harness.backends.verl.config import validate
 from harness.config import ROOT, RunConfig
 
@@ -127,21 +129,20 @@ def sbatch_command(script_path: str | Path) -> list[str]:
     return ["sbatch", "--parsable", str(script_path)]
 
 
-class VerlJob:
-    """A submitit callable: run on every node of the allocation, requeued on timeout/preemption."""
+class VerlJob(Checkpointable):
+    """A submitit callable run on every node of the allocation (``tasks_per_node=1``); on timeout or
+    preemption submitit calls ``checkpoint`` and requeues it, and verl resumes from its checkpoint."""
 
     def __init__(self, spec: dict[str, Any]):
         self.spec = spec
 
-    def __call__(self) -> int:
+    def __call__(self) -> dict[str, Any]:
         from harness.config import build
 
         return node_main(build(self.spec))
 
-    def checkpoint(self, *args, **kwargs):
-        import submitit
-
-        return submitit.helpers.DelayedSubmission(VerlJob(self.spec))
+    def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedSubmission:
+        return DelayedSubmission(VerlJob(self.spec), *args, **kwargs)
 
 
 # ------------------------------------------------------------------------------ inside the job
@@ -177,15 +178,17 @@ def _wait_for_nodes(address: str, n: int, timeout_s: float = NODES_TIMEOUT_S) ->
         ray.shutdown()
 
 
-def node_main(cfg: RunConfig, port: int | None = None) -> int:
-    """Run on each node of the allocation: head (rank 0) starts Ray and the verl driver, others join."""
+def node_main(cfg: RunConfig, port: int | None = None) -> dict[str, Any]:
+    """Run on each node of the allocation: head (rank 0) starts Ray and the verl driver, others join.
+    Returns the run's summary on the head node, ``{"node": rank}`` on the others."""
     from harness.backends.verl import train
+    from harness.backends.verl.runner import summary
 
     v = cfg.verl
     done = cfg.run_dir / DONE_FILE
     if v.nnodes == 1:
         train(cfg)
-        return 0
+        return summary(cfg) or {}
     port = port or int(os.environ.get("HARNESS_RAY_PORT", RAY_PORT))
     hosts = _hostnames()
     if len(hosts) < v.nnodes:
@@ -204,12 +207,12 @@ def node_main(cfg: RunConfig, port: int | None = None) -> int:
             done.write_text("ok\n")
         finally:
             subprocess.run(["ray", "stop", "--force"], check=False)
-        return 0
+        return summary(cfg) or {}
     # worker: block in the Ray worker until the head stops the cluster
     subprocess.run(["ray", "start", f"--address={address}", *res, "--block"], check=False)
     for _ in range(30):  # the head writes the marker right before stopping Ray
         if done.exists():
-            return 0
+            return {"node": _node_rank()}
         time.sleep(2)
     raise RuntimeError("the Ray head stopped before the verl run finished (see the head node's log)")
 
@@ -226,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     script.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
     if args.cmd == "node":
-        return node_main(read_spec(args.spec))
+        node_main(read_spec(args.spec))
+        return 0
     from harness.config import load
 
     cfg = load(list(args.overrides))
