@@ -240,4 +240,6 @@ def wilson(k: int, n: int, ci: float = 0.95) -> Interval:
     den = 1 + z * z / n
     mid = (p + z * z / (2 * n)) / den
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return Interval(p, max(0.0, mid - half), min(1.0, mid + half))
+    lo = 0.0 if k == 0 else max(0.0, mid - half)
+    hi = 1.0 if k == n else min(1.0, mid + half)
+    return Interval(p, lo, hi)

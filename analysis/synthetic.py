@@ -52,6 +52,7 @@ class SyntheticRun:
     k3_scale: float = 1e-3
     extra_tags: dict[str, str] = field(default_factory=dict)
     drop_metrics: Sequence[str] = ()
+    all_metrics: bool = False  # also log the rest of the catalogue (constant filler), as a real run does
 
     def tags(self) -> dict[str, str]:
         na = lambda v: "na" if v is None else str(v)  # noqa: E731
@@ -73,12 +74,13 @@ class SyntheticRun:
             k3 = np.zeros(T)  # the sampling log-prob is its own denominator
         out = {
             M.REWARD_MEAN: self.reward,
-            M.REWARD_STD: np.full(T, 0.1),
             M.POLICY_LOSS: loss,
-            M.POLICY_ENTROPY: np.linspace(2.0, 1.0, T),
             M.MISMATCH_K3: k3,
             M.TIME_STEP: 0.5 + 0.01 * rng.random(T),
         }
+        if self.all_metrics:
+            for k in M.CATALOGUE:
+                out.setdefault(k, np.full(T, 0.1))
         return {k: v for k, v in out.items() if k not in self.drop_metrics}
 
 

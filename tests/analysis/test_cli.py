@@ -1,0 +1,51 @@
+"""`python -m analysis`: fast --help, exit status 2 with a useful message, compare output."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from analysis.__main__ import main
+
+
+def test_help_imports_nothing_heavy():
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "analysis", "report", "--help"],
+                          capture_output=True, text=True, check=True)
+    assert "--experiment" in proc.stdout and "--x" in proc.stdout
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in proc.stderr.splitlines() if "|" in line}
+    assert not imported & {"mlflow", "matplotlib", "pandas", "numpy", "torch", "scipy"}, imported
+
+
+def test_unknown_experiment_exits_2_listing_experiments(store, capsys):
+    assert main(["report", "--experiment", "nope", "--tracking-uri", store.uri, "--no-log"]) == 2
+    err = capsys.readouterr().err
+    assert "no experiment named 'nope'" in err and "demo" in err and "single" in err
+
+
+def test_compare_prints_probability_of_improvement(store, capsys):
+    rc = main(["compare", "-e", "demo", "--a", "mean_n(n=16)", "--b", "rollout", "--tracking-uri", store.uri,
+               "--set", "bootstrap_reps=500"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    line = next(ln for ln in out.splitlines() if ln.startswith("| final reward"))
+    assert line.rstrip().endswith("| 1.00 [1.00, 1.00] |"), line  # every n=16 run beats every collapsed rollout run
+    assert "P(A > B)" in out and "H=20" in out
+
+
+def test_compare_errors(store, capsys):
+    assert main(["compare", "-e", "demo", "--a", "mean_n", "--b", "rollout", "--tracking-uri", store.uri]) == 2
+    err = capsys.readouterr().err
+    assert "matches several groups" in err and "mean_n(n=4)" in err
+    assert main(["compare", "-e", "demo", "--a", "icepop", "--b", "rollout", "--tracking-uri", store.uri]) == 2
+    assert "no group 'icepop'" in capsys.readouterr().err
+    assert main(["compare", "-e", "single", "--a", "mean_n", "--b", "rollout", "--tracking-uri", store.uri,
+                 "--set", "bogus=1"]) == 2
+    assert "unknown key 'bogus'" in capsys.readouterr().err
+
+
+def test_list_and_params(store, capsys):
+    assert main(["list", "--tracking-uri", store.uri]) == 0
+    assert "demo" in capsys.readouterr().out.split()
+    assert main(["list", "-e", "demo", "--tracking-uri", store.uri]) == 0
+    assert "mean_n(n=16)\t3 runs" in capsys.readouterr().out
+    assert main(["params"]) == 0
+    assert "collapse_hold = 20" in capsys.readouterr().out

@@ -1,0 +1,42 @@
+"""Group labels, their canonical order and sweep families."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.labels import base_label, context_suffix, family_name, sort_key, sweep_families
+
+
+def test_labels_from_tags():
+    assert base_label({"estimator": "mean_n", "n": "8", "clip_c": "na", "level": "na"}) == "mean_n(n=8)"
+    assert base_label({"estimator": "tis", "n": "na", "clip_c": "2.0", "level": "token"}) == "tis(C=2,token)"
+    assert base_label({"estimator": "mis", "clip_c": "2"}) == "mis(C=2)"
+    assert base_label({"estimator": "rollout", "n": "na", "clip_c": "na"}) == "rollout"
+    assert context_suffix({"model": "dense_tiny"}, ["model"]) == "[dense_tiny]"
+    assert context_suffix({"model": "m", "task": "t"}, ["model", "task"]) == "[model=m,task=t]"
+
+
+def test_canonical_order():
+    keys = [
+        sort_key("mean_n", 16.0, np.nan, "", ""), sort_key("rollout", np.nan, np.nan, "", ""),
+        sort_key("mean_n", 2.0, np.nan, "", ""), sort_key("tis", np.nan, 2.0, "token", ""),
+        sort_key("zzz_custom", np.nan, np.nan, "", ""),
+    ]
+    order = sorted(range(len(keys)), key=lambda i: keys[i])
+    assert order == [1, 3, 2, 0, 4]
+
+
+def test_sweep_families():
+    runs = pd.DataFrame({
+        "estimator": ["mean_n"] * 3 + ["tis"] * 4 + ["rollout"],
+        "n": [1.0, 4.0, 16.0] + [np.nan] * 5,
+        "clip_c": [np.nan] * 3 + [2.0, 8.0, 2.0, 8.0, np.nan],
+        "level": [""] * 3 + ["token", "token", "sequence", "sequence", ""],
+        "label": ["mean_n(n=1)", "mean_n(n=4)", "mean_n(n=16)", "tis(C=2,token)", "tis(C=8,token)",
+                  "tis(C=2,sequence)", "tis(C=8,sequence)", "rollout"],
+    })
+    fams = sweep_families(runs, "n", None)
+    assert [family_name(g, "n") for g in fams.values()] == ["mean_n"]
+    fams = sweep_families(runs, "clip_c", ("tis",))
+    assert sorted(family_name(g, "clip_c") for g in fams.values()) == ["tis(sequence)", "tis(token)"]
+    assert not sweep_families(runs[runs["estimator"] == "rollout"], "n", None)

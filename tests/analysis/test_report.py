@@ -1,0 +1,104 @@
+"""The report over small synthetic experiments in a tmp MLflow store: every file written, images of
+the expected size, notes instead of crashes, the summary run logged and skipped by loaders."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from matplotlib import image as mpimg
+from mlflow.tracking import MlflowClient
+
+from analysis.figures import FIG_SIZES, FORMATS, pixel_size
+from analysis.load import load_experiment
+from analysis.report import build_report
+
+TABLE_EXTS = ("md", "csv", "tex")
+
+
+def assert_png(path, name, dpi):
+    img = mpimg.imread(path)
+    w, h = pixel_size(name, dpi)
+    assert img.shape[:2] == (h, w), (path, img.shape)
+    rgb = img[..., :3]
+    assert rgb.std() > 0.01, f"{path} looks blank"
+    assert (rgb < 0.5).any(), f"{path} has no dark pixels (no axes / text?)"
+
+
+@pytest.fixture(scope="module")
+def demo_report(store, tmp_path_factory):
+    from analysis.config import AnalysisConfig
+
+    out = tmp_path_factory.mktemp("report") / "demo"
+    cfg = AnalysisConfig(bootstrap_reps=1000, curve_reps=100)
+    return build_report("demo", store.uri, out, cfg, x="n", echo=None), cfg
+
+
+def test_report_writes_every_figure_and_table(demo_report):
+    result, cfg = demo_report
+    assert set(result.figures) == set(FIG_SIZES), result.skipped
+    for name in FIG_SIZES:
+        for fmt in FORMATS:
+            path = result.out_dir / f"{name}.{fmt}"
+            assert path.exists() and path.stat().st_size > 1000, path
+        assert_png(result.out_dir / f"{name}.png", name, cfg.dpi)
+    for table in ("summary", "runs", "poi", "sweep_n", "sweep_clip_c", "noise_probe"):
+        for ext in TABLE_EXTS:
+            assert (result.out_dir / f"{table}.{ext}").stat().st_size > 0
+    md = result.report_md.read_text()
+    for name in FIG_SIZES:
+        assert f"]({name}.png)" in md
+    assert "Not drawn" not in md and "KwaiKAT" in md
+    assert "H=20" in md  # parameters under the tables
+    assert md.index("![n_sweep]") < md.index("![reward_vs_step]")  # --x n puts the sweep first
+
+
+def test_report_numbers_match_the_known_answers(demo_report):
+    result, _ = demo_report
+    s = result.tables["summary"].data.set_index("group")
+    assert s.loc["rollout", "collapsed"] == 3 and s.loc["mean_n(n=1)", "collapsed"] == 3
+    assert s.loc["mean_n(n=4)", "collapsed"] == 1 and s.loc["mean_n(n=16)", "collapsed"] == 0
+    assert 85 <= s.loc["rollout", "onset_km_median"] <= 100  # drops at 90, 95, 100
+    sweep = result.tables["sweep_n"].data
+    assert list(sweep["collapse_rate"]) == pytest.approx([1.0, 1 / 3, 0.0])
+
+
+def test_summary_run_logged_and_skipped_by_loaders(demo_report, store):
+    result, _ = demo_report
+    assert result.summary_run_id
+    client = MlflowClient(store.uri)
+    run = client.get_run(result.summary_run_id)
+    assert run.data.tags["analysis_summary"] == "1" and run.info.status == "FINISHED"
+    arts = {a.path for a in client.list_artifacts(result.summary_run_id)}
+    assert {"report.md", "reward_vs_step.png", "reward_vs_step.pdf", "summary.tex"} <= arts
+    exp = load_experiment("demo", store.uri)
+    assert result.summary_run_id not in set(exp.runs["run_id"]) and len(exp.runs) == 27
+
+
+def test_single_seed_experiment_reports_with_a_note(store, tmp_path, fast_cfg):
+    result = build_report("single", store.uri, tmp_path / "single", fast_cfg, echo=None, log_to_mlflow=False)
+    md = result.report_md.read_text()
+    assert "single seed" in md and "need >= 2 seeds" in md
+    for name in ("reward_vs_step", "kl_vs_step", "survival", "collapse_onset"):
+        assert_png(tmp_path / "single" / f"{name}.png", name, fast_cfg.dpi)
+    # the sweeps and the probe table have no inputs here: notes, not crashes
+    assert "needs runs of mean_n at >= 2 values of `n`" in md
+    assert "no probe runs" in md
+    s = result.tables["summary"].data.set_index("group")
+    assert s.loc["rollout", "collapsed"] == 1 and np.isnan(s.loc["rollout", "final_iqm_lo"])
+
+
+def test_missing_metrics_experiment_reports_with_notes(store, tmp_path, fast_cfg):
+    out = tmp_path / "missing"
+    result = build_report("missing", store.uri, out, fast_cfg, x="clip_c", echo=None, log_to_mlflow=False)
+    md = result.report_md.read_text()
+    assert "kl_vs_step" in result.skipped and "`mismatch/k3`" in result.skipped["kl_vs_step"]
+    assert "no run logged `mismatch/k3`" in md and "missing in any run" in md
+    assert "`--x clip_c` asked for a sweep" in md
+    assert_png(out / "reward_vs_step.png", "reward_vs_step", fast_cfg.dpi)
+    assert not (out / "kl_vs_step.png").exists()
+
+
+def test_report_to_a_store_without_the_experiment_raises(store, tmp_path):
+    from analysis.load import AnalysisError
+
+    with pytest.raises(AnalysisError, match="experiments there"):
+        build_report("nope", store.uri, tmp_path, echo=None)

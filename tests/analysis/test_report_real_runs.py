@@ -1,0 +1,69 @@
+"""A report over a small real experiment made by the harness in the test: 2 estimators x 2 seeds,
+6 steps each, tiny batches, logged to a tmp sqlite store (never the project's mlruns.db)."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from matplotlib import image as mpimg
+
+from analysis.figures import FIG_SIZES, pixel_size
+from analysis.load import project_root
+from analysis.report import build_report
+
+ROOT = project_root()
+ESTIMATORS = ("rollout", "recompute")
+SEEDS = (0, 1)
+STEPS = 6
+
+
+def harness_run(tmp, estimator: str, seed: int) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "harness.run", f"estimator={estimator}", f"seed={seed}", f"trainer.steps={STEPS}",
+         "trainer.prompts_per_step=4", "trainer.group_size=4", "trainer.num_minibatches=2",
+         f"tracking.uri=sqlite:///{tmp}/m.db", "tracking.experiment=small", f"out_dir={tmp}/run_{estimator}_{seed}"],
+        check=True, cwd=ROOT, capture_output=True, text=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def small_experiment(empty_db, tmp_path_factory):
+    if not (ROOT / "harness" / "run.py").exists():
+        pytest.skip("harness/run.py does not exist yet")
+    tmp = tmp_path_factory.mktemp("real")
+    shutil.copy(empty_db, tmp / "m.db")  # an initialised store: no migrations in every subprocess
+    jobs = [(e, s) for e in ESTIMATORS for s in SEEDS]
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two at a time on a small machine
+        for f in [pool.submit(harness_run, tmp, e, s) for e, s in jobs]:
+            try:
+                f.result()
+            except subprocess.CalledProcessError as exc:
+                raise AssertionError(f"harness.run failed:\n{exc.stderr[-3000:]}") from exc
+    return tmp
+
+
+def test_report_over_real_harness_runs(small_experiment, fast_cfg):
+    tmp = small_experiment
+    out = tmp / "figures" / "small"
+    result = build_report("small", f"sqlite:///{tmp}/m.db", out, fast_cfg, echo=None)
+    summary = result.tables["summary"].data.set_index("group")
+    assert sorted(summary.index) == sorted(ESTIMATORS)
+    assert (summary["runs"] == len(SEEDS)).all() and (summary["seeds"] == len(SEEDS)).all()
+    runs = result.tables["runs"].data
+    assert (runs["n_steps"] == STEPS).all() and runs["final"].between(0, 1).all()
+    drawable = ("reward_vs_step", "kl_vs_step", "survival", "collapse_onset")
+    assert set(drawable) <= set(result.figures), result.skipped
+    for name in drawable:
+        for fmt in ("png", "pdf"):
+            assert (out / f"{name}.{fmt}").stat().st_size > 1000
+        img = mpimg.imread(out / f"{name}.png")
+        w, h = pixel_size(name, fast_cfg.dpi)
+        assert img.shape[:2] == (h, w) and img[..., :3].std() > 0.01
+    # no sweep and no probe in this experiment: notes, not crashes
+    md = result.report_md.read_text()
+    for name in set(FIG_SIZES) - set(drawable):
+        assert name in result.skipped and f"![{name}]" not in md
+    assert "no probe runs" in md and result.summary_run_id

@@ -1,0 +1,41 @@
+"""Tables: markdown, CSV and LaTeX (booktabs) renderings, parameters under every table."""
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis.config import AnalysisConfig
+from analysis.load import load_experiment
+from analysis.measures import measure_experiment
+from analysis.tables import KWAIKAT_PROBE, Table, latex_escape, noise_probe_table, summary_table
+
+
+def test_rendering(tmp_path):
+    cfg = AnalysisConfig()
+    t = Table("x", "A | title", pd.DataFrame({"group": ["tis(C=2,token)", "a|b"], "P(A > B)": ["0.50", "1.00"]}),
+              pd.DataFrame({"group": ["tis(C=2,token)", "a|b"], "poi": [0.5, 1.0]}), cfg.describe(),
+              notes=["100% sure_"], short_footer=cfg.describe_short())
+    md = t.markdown()
+    assert md.splitlines()[0] == "| group | P(A > B) |" and "a\\|b" in md and "H=20" in md
+    tex = t.latex()
+    for needle in ("\\toprule", "\\midrule", "\\bottomrule", "P(A \\textgreater{} B)", "100\\% sure\\_",
+                   "a\\textbar{}b", "\\begin{tabular}{lr}"):
+        assert needle in tex, needle
+    paths = t.write(tmp_path)
+    assert [p.suffix for p in paths] == [".md", ".csv", ".tex"]
+    assert pd.read_csv(tmp_path / "x.csv")["poi"].tolist() == [0.5, 1.0]
+    assert "H=20" in t.terminal() and "<sub>" not in t.terminal()
+    assert latex_escape("a_b&c") == "a\\_b\\&c"
+
+
+def test_summary_and_probe_tables(store, fast_cfg):
+    exp = load_experiment("demo", store.uri)
+    m = measure_experiment(exp, fast_cfg)
+    s = summary_table(exp, m, fast_cfg)
+    row = s.data.set_index("group").loc["rollout"]
+    assert row["collapsed"] == 3 and row["runs"] == 3 and row["final_iqm_lo"] <= row["final_iqm"] <= row["final_iqm_hi"]
+    assert s.data.set_index("group").loc["mean_n(n=16)", "collapsed"] == 0
+    assert s.data.set_index("group").loc["recompute", "collapsed"] == 1  # the NaN loss of seed 0
+    p = noise_probe_table(exp, fast_cfg)
+    d = p.data.set_index("model_kind")
+    assert d.loc["moe", "kwaikat_probe/diff"] == KWAIKAT_PROBE["moe"]["probe/diff"] == 0.008
+    assert d.loc["dense", "probe/var_rollout"] == 1e-5 and d.loc["moe", "probe_runs"] == 1
