@@ -55,6 +55,22 @@ class SlurmResources:
     extra_sbatch: list[str] = field(default_factory=list)  # e.g. ["--reservation=rl"]
 
 
+def resources_from_launcher(launcher: Any) -> SlurmResources:
+    """SlurmResources from a sweep's launcher settings (harness.launch.sweep.LauncherConfig or a dict)."""
+    get = (lambda k, d=None: launcher.get(k, d)) if isinstance(launcher, dict) else \
+        (lambda k, d=None: getattr(launcher, k, d))
+    additional = dict(get("additional") or {})
+    extra = [f"--{k}" if v is True else f"--{k}={v}" for k, v in additional.items() if k != "exclusive"]
+    mem_gb = get("mem_gb")
+    return SlurmResources(partition=get("partition"), account=get("account"), qos=get("qos"),
+                          constraint=get("constraint"), time_min=int(get("time_min", 24 * 60)),
+                          cpus_per_node=int(get("cpus_per_task", 64)),
+                          mem="0" if mem_gb in (None, 0) else f"{int(mem_gb)}G",
+                          exclusive=bool(additional.get("exclusive", True)),
+                          signal_before_s=int(get("signal_delay_s", 300)), setup=list(get("setup") or []),
+                          extra_sbatch=extra)
+
+
 def job_name(cfg: RunConfig) -> str:
     return f"verl-{cfg.estimator.name}-{cfg.signature}"
 
@@ -194,6 +210,9 @@ def node_main(cfg: RunConfig, port: int | None = None) -> dict[str, Any]:
     if len(hosts) < v.nnodes:
         raise RuntimeError(f"the allocation has {len(hosts)} nodes, the spec asks for verl.nnodes={v.nnodes}")
     head_ip = socket.gethostbyname(hosts[0])
+    from harness.backends.verl.translate import environment
+
+    os.environ.update(environment(cfg))  # inherited by the raylets, hence by every Ray worker
     address = f"{head_ip}:{port}"
     res = ["--num-gpus", str(v.gpus_per_node), "--disable-usage-stats"]
     if _node_rank() == 0:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 RUN_ID_FILE = "mlflow_run_id"
 SUMMARY_FILE = "summary.json"
+COMMIT_FILE = "git_commit"
 
 
 class VerlUnavailable(ConfigError):
@@ -66,7 +68,7 @@ def preflight(cfg: RunConfig) -> None:
                               ". verl runs need GPU nodes with vLLM; `--dry-run` prints the command")
 
 
-def _tracker(cfg: RunConfig) -> "Tracker":
+def _tracker(cfg: RunConfig, commit: str) -> "Tracker":
     """This run's MLflow run: created once (tags, params, spec), re-attached on every requeue."""
     import yaml
 
@@ -77,10 +79,10 @@ def _tracker(cfg: RunConfig) -> "Tracker":
     if id_file.exists():
         return Tracker(cfg.tracking_uri, cfg.tracking.experiment, run_id=id_file.read_text().strip())
     tracker = Tracker(cfg.tracking_uri, cfg.tracking.experiment, run_name=translate.run_name(cfg),
-                      tags=translate.run_tags(cfg))
+                      tags=translate.run_tags(cfg, commit))
     spec = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
     tracker.log_text(spec, "spec.yaml")
-    tracker.log_text("\n".join(command(cfg)), "verl_command.txt")
+    tracker.log_text(shlex.join(translate.command(cfg, commit=commit)), "verl_command.txt")
     id_file.write_text(tracker.run_id + "\n")
     return tracker
 
@@ -92,10 +94,19 @@ def train(cfg: RunConfig, tracker: "Tracker | None" = None) -> None:
     if summary.exists():
         return
     preflight(cfg)
-    tracker = tracker or _tracker(cfg)
+    # verl logs its whole config as MLflow params, and MLflow refuses a param whose value changes:
+    # a requeued job must send the same config, so the commit is pinned at the first launch
+    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    commit_file = cfg.run_dir / COMMIT_FILE
+    if not commit_file.exists():
+        commit_file.write_text(translate.git_commit() + "\n")
+    commit = commit_file.read_text().strip()
+    tracker = tracker or _tracker(cfg, commit)
+    if not (cfg.run_dir / RUN_ID_FILE).exists():  # a caller's tracker: requeued jobs must find it too
+        (cfg.run_dir / RUN_ID_FILE).write_text(tracker.run_id + "\n")
     env = {**translate.environment(cfg), "MLFLOW_RUN_ID": tracker.run_id}
-    argv = translate.command(cfg, env=env)
-    print("[harness] " + " ".join(argv[:3]) + " ... (" + str(len(argv)) + " args)", flush=True)
+    argv = translate.command(cfg, commit=commit, env=env)
+    print(f"[harness] MLflow run {tracker.run_id}; running: {shlex.join(argv)}", flush=True)
     proc = subprocess.run(argv, env={**os.environ, **env})
     if proc.returncode != 0:
         tracker.set_tags({"status": "failed"})

@@ -161,3 +161,57 @@ def test_preflight_names_the_data_preparation_command(spec, tmp_path, monkeypatc
     cfg = spec("estimator=tis", "model=qwen3_30b_a3b", "task=addition", f"verl.data.root={tmp_path}")
     with pytest.raises(runner.VerlUnavailable, match="python -m harness.backends.verl.data addition"):
         runner.preflight(cfg)
+
+
+def test_ablation_verl_sweep_validates():
+    sweep = pytest.importorskip("harness.launch.sweep", reason="harness.launch.sweep not available")
+    path = ROOT / "sweeps" / "ablation_verl.yaml"
+    try:
+        runs = sweep.validate(sweep.load_spec(path, []))
+    except sweep.SweepError as exc:
+        if "gsm8k" not in str(exc):
+            raise
+        runs = sweep.validate(sweep.load_spec(path, ["task=addition"]))  # until 'gsm8k' is in harness.config.TASKS
+    assert len(runs) == 24 and len({r.signature for r in runs}) == 24
+    assert {r.cfg.estimator.name for r in runs} == {"rollout", "recompute", "tis", "mis", "icepop", "r3", "mean_n",
+                                                    "deterministic"}
+    for r in runs:
+        validate(r.cfg)  # the verl backend's own checks, whether or not harness.config calls them
+        assert r.cfg.trainer.lr == 1e-6 and r.cfg.verl.strategy == "megatron"
+    spec = sweep.load_spec(path, [])
+    res = launch.resources_from_launcher(spec.launcher)
+    assert res.time_min == 1440 and res.cpus_per_node == 64 and res.mem == "0" and res.exclusive
+    params = launch.slurm_parameters(runs[0].cfg, res)
+    assert params["gpus_per_node"] == spec.launcher.gpus_per_node and params["nodes"] == spec.launcher.nodes
+
+
+def test_train_runs_verl_with_our_mlflow_run_and_resumes_it(spec, tmp_path, monkeypatch):
+    """train() end to end with verl's entry point replaced by FAKE main_ppo (tests/backends/verl/
+    fake_main_ppo.py: verl's composition, validation and MLflow Tracking, no Ray/vLLM/GPU)."""
+    from mlflow.tracking import MlflowClient
+
+    from harness import metrics as M
+    from harness.backends.verl import runner
+
+    cfg = spec("estimator=tis", "model=qwen3_30b_a3b", tmp=tmp_path)
+    monkeypatch.setattr(runner, "preflight", lambda cfg: None)  # no GPU/vLLM/data here
+    monkeypatch.setattr(translate, "ENTRYPOINT", (str(Path(__file__).with_name("fake_main_ppo.py")),))
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    monkeypatch.setenv("FAKE_STEPS", "1,2")
+    train(cfg)
+    run_id = (cfg.run_dir / runner.RUN_ID_FILE).read_text().strip()
+    client = MlflowClient(tracking_uri=cfg.tracking_uri)
+    run = client.get_run(run_id)
+    assert run.data.tags["estimator"] == "tis" and run.data.tags["spec_sig"] == cfg.signature
+    assert run.data.tags["status"] == "finished" and run.info.experiment_id == \
+        client.get_experiment_by_name(cfg.tracking.experiment).experiment_id
+    assert run.data.metrics[M.MISMATCH_K1] == 0.01 and run.data.metrics[M.TOKENS_PER_S] == 4000.0
+    assert {a.path for a in client.list_artifacts(run_id)} >= {"spec.yaml", "verl_command.txt"}
+    train(cfg)  # finished: nothing to do
+    # a requeued job (no summary yet) resumes the same MLflow run; steps already logged are skipped
+    (cfg.run_dir / runner.SUMMARY_FILE).unlink()
+    monkeypatch.setenv("FAKE_STEPS", "2,3")
+    train(cfg)
+    assert (cfg.run_dir / runner.RUN_ID_FILE).read_text().strip() == run_id
+    assert [m.step for m in client.get_metric_history(run_id, M.REWARD_MEAN)] == [1, 2, 3]
+    assert len(client.search_runs([run.info.experiment_id])) == 1
