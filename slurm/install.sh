@@ -6,12 +6,12 @@
 set -euo pipefail
 
 need=()
-command -v slurmctld >/dev/null 2>&1 || need+=(slurmctld)
-command -v slurmd >/dev/null 2>&1 || need+=(slurmd)
+command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ] || need+=(slurmctld)
+command -v slurmd >/dev/null 2>&1 || [ -x /usr/sbin/slurmd ] || need+=(slurmd)
 command -v sbatch >/dev/null 2>&1 || need+=(slurm-client)
-command -v munged >/dev/null 2>&1 || need+=(munge)
+command -v munged >/dev/null 2>&1 || [ -x /usr/sbin/munged ] || need+=(munge)
 if [ ${#need[@]} -eq 0 ]; then
-  echo "[slurm/install] slurm $(sbatch --version 2>/dev/null | awk '{print $2}') and munge already installed"
+  echo "[slurm/install] slurm $(dpkg-query -W -f='${Version}' slurm-client 2>/dev/null || echo '?') and munge already installed"
   exit 0
 fi
 
@@ -49,4 +49,4 @@ if ! { $SUDO apt-get update -qq >"$log" 2>&1 \
   tail -n 20 "$log" >&2
   exit 1
 fi
-echo "[slurm/install] done in $(( $(date +%s) - t0 )) s: slurm $(sbatch --version | awk '{print $2}')"
+echo "[slurm/install] done in $(( $(date +%s) - t0 )) s: slurm $(dpkg-query -W -f='${Version}' slurm-client)"

@@ -15,6 +15,7 @@
 # SLURM_LOCAL_TIMEOUT_S (how long to wait for the node to come up; default 60).
 # Runs as root (SlurmUser=root, munged as the munge user). Requires `bash slurm/install.sh` first.
 set -euo pipefail
+export PATH="$PATH:/usr/sbin:/sbin"
 log() { echo "[slurm/start] $*" >&2; }
 die() { echo "[slurm/start] error: $*" >&2; exit 1; }
 
@@ -129,7 +130,7 @@ ReturnToService=2
 SlurmctldTimeout=30
 SlurmdTimeout=60
 InactiveLimit=0
-KillWait=5
+KillWait=2
 MinJobAge=3600
 MaxArraySize=10001
 JobRequeue=1

@@ -3,6 +3,7 @@
 # slurmctld and munged by the PIDs in STATE_DIR (never by name). STATE_DIR is kept unless --rm.
 #   bash slurm/stop.sh STATE_DIR [--rm]
 set -uo pipefail
+export PATH="$PATH:/usr/sbin:/sbin"
 log() { echo "[slurm/stop] $*" >&2; }
 STATE=${1:?usage: slurm/stop.sh STATE_DIR [--rm]}
 RM=${2:-}

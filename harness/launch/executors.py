@@ -247,7 +247,10 @@ def job_states(records: Iterable[dict]) -> dict[str, JobState]:
                     out[jid] = JobState(st, True, "" if reason in ("None", "") else reason)
                     continue
                 res = _result_state(r.get("folder", ""), jid)
-                out[jid] = JobState(st if st != "COMPLETED" else res.state, False, res.detail if res.state == "FAILED" else "")
+                if res.state == "FAILED":  # the job script exited 0 but the callable raised
+                    out[jid] = JobState("FAILED", False, res.detail)
+                else:
+                    out[jid] = JobState(st, False, "")
             else:
                 out[jid] = _result_state(r.get("folder", ""), jid)
                 if squeue is None and out[jid].state == "LOST":

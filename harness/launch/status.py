@@ -118,7 +118,8 @@ def format_table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
-def print_status(spec: SweepSpec, rows: list[RunStatus], out=sys.stdout) -> None:
+def print_status(spec: SweepSpec, rows: list[RunStatus], out=None) -> None:
+    out = sys.stdout if out is None else out
     header = ["run", "signature", "job", "state", "step", "reward", "collapsed?"]
     table = []
     for s in rows:

@@ -469,8 +469,9 @@ def archive_finished(run_dir: Path) -> None:
             p.replace(run_dir / f"{name}.prev-{stamp}")
 
 
-def submit_sweep(spec: SweepSpec, rerun: bool = False, dry_run: bool = False, out=sys.stdout) -> list[Decision]:
+def submit_sweep(spec: SweepSpec, rerun: bool = False, dry_run: bool = False, out=None) -> list[Decision]:
     """Validate, plan and submit; returns the decisions (what was submitted, skipped, left alone)."""
+    out = sys.stdout if out is None else out
     from harness.launch import executors
 
     t0 = time.time()

@@ -399,7 +399,8 @@ def _brief(reg: dict, keys: list[str]) -> str:
     return "; ".join(f"{k}={json.dumps(reg.get(k), sort_keys=True)}" for k in keys)
 
 
-def submit_trials(spec: SweepSpec, tc: TuneConfig, study, n: int, out=sys.stdout) -> list[int]:
+def submit_trials(spec: SweepSpec, tc: TuneConfig, study, n: int, out=None) -> list[int]:
+    out = sys.stdout if out is None else out
     from harness.launch import executors
 
     db = JobsDB(spec.sweep_dir)
@@ -420,8 +421,9 @@ def submit_trials(spec: SweepSpec, tc: TuneConfig, study, n: int, out=sys.stdout
 
 
 def wait_trials(spec: SweepSpec, tc: TuneConfig, study, slots: list[int], timeout: float | None = None,
-                poll_s: float = 2.0, out=sys.stdout) -> bool:
+                poll_s: float = 2.0, out=None) -> bool:
     """Wait until every slot's job has ended; print each trial as it finishes. False on timeout."""
+    out = sys.stdout if out is None else out
     from harness.launch.executors import job_states
 
     t0 = time.time()
@@ -483,8 +485,9 @@ def trials_table(study, tc: TuneConfig) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def report(spec: SweepSpec, plots: bool = True, as_json: bool = False, out=sys.stdout) -> Optional[dict]:
+def report(spec: SweepSpec, plots: bool = True, as_json: bool = False, out=None) -> Optional[dict]:
     """Print the trials table and the best value; save the optimisation-history and slice plots."""
+    out = sys.stdout if out is None else out
     from optuna.trial import TrialState
 
     from harness.launch.status import format_table
@@ -550,7 +553,8 @@ def save_plots(study, folder: Path, keys: list[str]) -> list[str]:
     return paths
 
 
-def run_tune(spec: SweepSpec, wait: bool = True, timeout: float | None = None, out=sys.stdout) -> Optional[dict]:
+def run_tune(spec: SweepSpec, wait: bool = True, timeout: float | None = None, out=None) -> Optional[dict]:
+    out = sys.stdout if out is None else out
     tc = parse_tune(spec)
     base_sig = validate_tune(spec, tc)
     study = open_study(spec, tc, base_sig)

@@ -1,0 +1,212 @@
+"""Fast tests without a scheduler: the shipped sweep specs expand and validate, bad specs are
+refused naming the run and the key, overrides and the pre-registered scores behave."""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+import yaml
+
+from harness.config import ESTIMATORS, ROOT
+from harness.launch import scoring
+from harness.launch.cluster import slurm_ready
+from harness.launch.sweep import SweepError, hydra_value, load_spec, parse_spec, validate
+
+SWEEPS = ROOT / "sweeps"
+
+
+def runs_of(name: str, *overrides: str):
+    return validate(load_spec(SWEEPS / f"{name}.yaml", list(overrides)))
+
+
+def test_ablation_is_every_estimator_times_five_seeds():
+    runs = runs_of("ablation")
+    assert len(runs) == 45
+    assert Counter(r.cfg.estimator.name for r in runs) == {e: 5 for e in ESTIMATORS}
+    assert {r.cfg.seed for r in runs} == {0, 1, 2, 3, 4}
+    assert len({r.signature for r in runs}) == 45
+    assert all(r.cfg.tracking.experiment == "ablation" for r in runs)
+    assert all(r.cfg.run_dir == ROOT / "runs" / r.signature for r in runs)
+    assert all(r.cfg.trainer.checkpoint_every == 10 for r in runs)
+
+
+def test_n_sweep_is_mean_n_over_n_and_seeds():
+    runs = runs_of("n_sweep")
+    assert {r.cfg.estimator.name for r in runs} == {"mean_n"}
+    assert Counter(r.cfg.estimator.n for r in runs) == {1: 5, 2: 5, 4: 5, 8: 5, 16: 5}
+
+
+def test_tis_grid_is_c_times_level_times_seeds():
+    runs = runs_of("tis_grid")
+    assert len(runs) == 50
+    cells = Counter((r.cfg.estimator.clip_c, r.cfg.estimator.level) for r in runs)
+    assert set(cells) == {(c, lv) for c in (1.5, 2.0, 3.0, 5.0, 10.0) for lv in ("token", "sequence")}
+    assert set(cells.values()) == {5}
+    assert {r.cfg.estimator.name for r in runs} == {"tis"}
+
+
+def test_tune_specs_validate():
+    from harness.launch.tune import parse_tune, validate_tune
+
+    for name in ("tis_clip", "tiny_tune"):
+        spec = load_spec(SWEEPS / f"{name}.yaml")
+        tc = parse_tune(spec)
+        assert [p.key for p in tc.params] == ["estimator.clip_c"]
+        assert validate_tune(spec, tc)
+
+
+def test_launcher_is_not_identity():
+    """Where and how a run is executed does not change its signature (same folder, same MLflow run)."""
+    local = {r.name: r.signature for r in runs_of("tiny")}
+    slurm = {r.name: r.signature for r in runs_of("tiny", "launcher=slurm", "launcher.partition=gpu",
+                                                   "launcher.mem_gb=8", "experiment=other", "runs_dir=/tmp/x")}
+    assert local == slurm
+    changed = {r.name: r.signature for r in runs_of("tiny", "trainer.lr=0.01")}
+    assert set(changed.values()).isdisjoint(local.values())
+
+
+def test_cli_overrides():
+    spec = load_spec(SWEEPS / "tiny.yaml", ["launcher=slurm", "launcher.partition=p", "launcher.additional.qos=high",
+                                            "seeds=[7]", "grid.estimator=[mis]", "trainer.steps=3"])
+    assert spec.launcher.name == "slurm" and spec.launcher.partition == "p"
+    assert spec.launcher.additional == {"qos": "high"}
+    runs = validate(spec)
+    assert [(r.cfg.estimator.name, r.cfg.seed, r.cfg.trainer.steps) for r in runs] == [("mis", 7, 3)]
+
+
+def test_slurm_parameters_from_the_spec():
+    from harness.launch.executors import slurm_parameters
+
+    spec = load_spec(SWEEPS / "ablation.yaml", ["launcher=slurm", "launcher.partition=gpu", "launcher.gpus_per_node=2",
+                                                "launcher.nodes=2", "launcher.additional={reservation: rl}"])
+    p = slurm_parameters(spec)
+    assert p["partition"] == "gpu" and p["gpus_per_node"] == 2 and p["nodes"] == 2 and p["time"] == 120
+    assert p["cpus_per_task"] == 1 and p["mem"] == "4096MB" and p["array_parallelism"] == 16
+    assert p["additional_parameters"] == {"reservation": "rl"}
+    assert any("OMP_NUM_THREADS=1" in line for line in p["setup"])
+
+
+def write(tmp_path, data: dict):
+    p = tmp_path / "spec.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def test_one_invalid_run_names_the_run_and_the_key(tmp_path):
+    p = write(tmp_path, {"base": ["estimator=tis"], "grid": {"estimator.clip_c": [2.0, 3.0, 0.5]}, "seeds": [0, 1]})
+    with pytest.raises(SweepError) as e:
+        validate(load_spec(p))
+    msg = str(e.value)
+    assert e.value.key == "estimator.clip_c"
+    assert "2 of 6 runs invalid" in msg and "nothing submitted" in msg
+    assert "run 5/6 (estimator.clip_c=0.5 seed=0): estimator.clip_c: the cap C must be > 1, got 0.5" in msg
+
+
+@pytest.mark.parametrize("data, key", [
+    ({"grid": {"estimator": ["tis", "nope"]}}, "estimator"),
+    ({"grid": {"trainer.stepz": [1]}}, "trainer.stepz"),
+    ({"base": ["trainer.lr=-1"]}, "trainer.lr"),
+    ({"launcher": {"name": "pbs"}}, "launcher"),
+    ({"launcher": {"name": "slurm", "partitions": "x"}}, "launcher.partitions"),
+    ({"launcher": {"cpus_per_task": 0}}, "launcher.cpus_per_task"),
+    ({"seeds": [0, 0]}, "seeds"),
+    ({"grids": {}}, "grids"),
+])
+def test_bad_specs_are_refused_naming_the_key(tmp_path, data, key):
+    with pytest.raises(SweepError) as e:
+        validate(load_spec(write(tmp_path, data)))
+    assert e.value.key == key, str(e.value)
+    assert key in str(e.value)
+
+
+def test_cli_exit_code_2_and_nothing_written(tmp_path):
+    p = write(tmp_path, {"base": ["estimator=mean_n"], "grid": {"estimator.n": [1, 0]}, "runs_dir": str(tmp_path / "r")})
+    r = subprocess.run([sys.executable, "-m", "harness.sweep", str(p), "launcher=slurm"], capture_output=True, text=True,
+                       cwd=ROOT)
+    assert r.returncode == 2, r.stderr
+    assert "estimator.n" in r.stderr and "run 2/2" in r.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_bad_tune_bounds_are_refused(tmp_path):
+    from harness.launch.tune import parse_tune, validate_tune
+
+    data = yaml.safe_load((SWEEPS / "tiny_tune.yaml").read_text())
+    data["tune"]["params"]["estimator.clip_c"]["low"] = 0.5
+    spec = load_spec(write(tmp_path, data))
+    with pytest.raises(SweepError) as e:
+        validate_tune(spec, parse_tune(spec))
+    assert e.value.key == "estimator.clip_c" and "tune.params.estimator.clip_c" in str(e.value)
+    data["tune"]["params"] = {"estimator.clip_c": {"type": "float", "low": 2.0}}
+    with pytest.raises(SweepError, match="tune.params.estimator.clip_c.high"):
+        parse_tune(load_spec(write(tmp_path, data)))
+
+
+def test_tune_objective_is_pre_registered(tmp_path):
+    """The objective, space and base run are stored in the study: a spec that changes them cannot add trials."""
+    from harness.launch.tune import open_study, parse_tune, validate_tune
+
+    spec = load_spec(SWEEPS / "tiny_tune.yaml", [f"runs_dir={tmp_path}"])
+    tc = parse_tune(spec)
+    open_study(spec, tc, validate_tune(spec, tc))
+    open_study(spec, tc, validate_tune(spec, tc))  # the same spec again: fine
+    for change in ("tune.objective.tail_frac=0.5", "trainer.lr=0.01"):
+        spec2 = load_spec(SWEEPS / "tiny_tune.yaml", [f"runs_dir={tmp_path}", change])
+        tc2 = parse_tune(spec2)
+        with pytest.raises(SweepError, match="was registered with a different") as e:
+            open_study(spec2, tc2, validate_tune(spec2, tc2))
+        assert e.value.key == "tune.study"
+
+
+def test_hydra_values_round_trip():
+    assert hydra_value(2.0) == "2.0" and hydra_value(True) == "true" and hydra_value(None) == "null"
+    assert hydra_value("tis") == "tis" and hydra_value([1, 2]) == "[1,2]"
+    assert hydra_value("a b") == "'a b'"
+
+
+def test_duplicate_runs_run_once(tmp_path):
+    # recompute has no C: two grid values that resolve to the same run collapse into one
+    spec = parse_spec({"grid": {"estimator": ["recompute", "recompute"]}})
+    assert len(validate(spec)) == 1
+
+
+# ------------------------------------------------------------------------------ scoring
+def test_collapse_onset_follows_the_rule():
+    rule = scoring.CollapseRule(window=1, delta_rel=0.3, delta_abs=0.05, hold=3)
+    up = [0.1, 0.3, 0.5, 0.7, 0.7]
+    assert scoring.collapse_onset(up + [0.6, 0.65, 0.6, 0.7], rule) is None  # dips, never held below 0.7-0.18
+    assert scoring.collapse_onset(up + [0.4, 0.3, 0.45, 0.2], rule) == 5
+    assert scoring.collapse_onset(up + [0.4, 0.3], rule) is None  # censored: not held long enough
+    assert scoring.collapse_onset(up, rule, losses=[0, 0, math.nan, 0, 0]) == 2
+
+
+def test_objective_tail_mean_and_collapse():
+    obj = scoring.Objective(tail_frac=0.2, window=1, hold=2, delta_abs=0.05, delta_rel=0.3)
+    flat = [0.5] * 8 + [0.8, 0.8]
+    assert scoring.score(flat, 10, obj)[0] == pytest.approx(0.8)
+    collapsed = [0.2, 0.4, 0.6, 0.8, 0.8, 0.8, 0.8, 0.2, 0.1, 0.1]  # onset at 7, inside the tail? tail = steps 8, 9
+    value, onset = scoring.score(collapsed, 10, obj)
+    assert onset == 7 and value == pytest.approx(0.1)
+    late = [0.2, 0.4, 0.6, 0.8, 0.8, 0.8, 0.8, 0.8, 0.9, 0.1]  # a drop in the last step: not (yet) a collapse
+    assert scoring.score(late, 10, obj) == (pytest.approx(0.5), None)
+    assert scoring.score(flat, 10, obj, diverged=True)[0] == 0.0
+
+
+# ------------------------------------------------------------------------------ no Slurm
+def test_slurm_absent_gives_a_clear_reason():
+    ok, why = slurm_ready(install=False, path="/nonexistent")
+    assert not ok
+    assert "Slurm tools absent" in why and "sbatch" in why and "slurm/install.sh" in why
+
+
+def test_submitting_to_slurm_without_tools_fails_clearly(tmp_path, monkeypatch):
+    from harness.launch import executors
+    from harness.launch.executors import SubmissionError
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    spec = load_spec(SWEEPS / "tiny.yaml", ["launcher=slurm", f"runs_dir={tmp_path}"])
+    with pytest.raises(SubmissionError, match="Slurm client tools not found"):
+        executors.submit(spec, [executors.RunJob({})])
