@@ -114,7 +114,6 @@ def sbatch_script(cfg: RunConfig, res: SlurmResources | None = None, python: str
     res = res or SlurmResources()
     spec = write_spec(cfg)
     v, run_dir = cfg.verl, cfg.run_dir
-    h = res.time_min // 60
     lines = ["#!/bin/bash",
              f"#SBATCH --job-name={job_name(cfg)}",
              f"#SBATCH --nodes={v.nnodes}",
@@ -122,7 +121,7 @@ def sbatch_script(cfg: RunConfig, res: SlurmResources | None = None, python: str
              f"#SBATCH --gpus-per-node={v.gpus_per_node}",
              f"#SBATCH --cpus-per-task={res.cpus_per_node}",
              f"#SBATCH --mem={res.mem}",
-             f"#SBATCH --time={h:02d}:{res.time_min % 60:02d}:00",
+             f"#SBATCH --time={res.time_min}",  # minutes
              f"#SBATCH --output={run_dir}/slurm-%j.out",
              "#SBATCH --requeue",
              f"#SBATCH --signal=B:USR1@{res.signal_before_s}"]

@@ -102,7 +102,7 @@ def test_sbatch_script_and_submitit_parameters(spec, tmp_path):
     res = launch.SlurmResources(partition="gpu", account="rl", time_min=6 * 60 + 30, setup=["module load cuda"])
     script = launch.sbatch_script(cfg, res, python="/venv/bin/python")
     for line in ("#SBATCH --nodes=2", "#SBATCH --gpus-per-node=8", "#SBATCH --ntasks-per-node=1",
-                 "#SBATCH --time=06:30:00", "#SBATCH --partition=gpu", "#SBATCH --account=rl", "#SBATCH --requeue",
+                 "#SBATCH --time=390", "#SBATCH --partition=gpu", "#SBATCH --account=rl", "#SBATCH --requeue",
                  "module load cuda", "scontrol requeue"):
         assert line in script
     srun = next(x for x in script.splitlines() if x.startswith("srun"))
