@@ -5,9 +5,11 @@
 - Skipped: runs tagged ``analysis_summary=1`` (what ``report`` logs) and runs without an
   ``estimator`` tag. Runs tagged ``probe=1`` go to :attr:`Experiment.probes` (their latest metric
   values and ``model_kind``), not to the training groups.
-- Histories are read in full with ``MlflowClient.get_metric_history`` (the MLflow UI samples about
-  320 points per curve, which hides short collapses), one call per run and metric, over a few
-  threads. Each history becomes a ``pandas.Series`` indexed by step (sorted; a step logged twice
+- Histories are read in full (the MLflow UI samples about 320 points per curve, which hides short
+  collapses): on a SQLAlchemy store (sqlite, postgres, mysql) with the store's
+  ``get_metric_history_bulk`` (one query per metric for up to 200 runs: the metrics table is keyed by
+  metric name first, so a per-run query scans every run's rows of that metric), otherwise with the
+  public ``MlflowClient.get_metric_history``, one call per run and metric over a few threads. Each history becomes a ``pandas.Series`` indexed by step (sorted; a step logged twice
   keeps its latest value). Non-finite values are kept: MLflow stores NaN as NaN and +-inf as
   +-1.797e308, which :func:`finite_values` maps back to +-inf. Runs are aligned on step by
   :meth:`Experiment.wide`.
@@ -286,7 +288,41 @@ def _probes_frame(probes: list) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["run_id", "model_kind", "model", "seed", *PROBE_METRICS])
 
 
+BULK_CHUNK = 200  # run ids per bulk query (well under SQLite's bound-parameter limit)
+BULK_MAX = 50_000_000
+
+
+def _bulk_store(client):
+    """The client's SQLAlchemy store when it offers ``get_metric_history_bulk`` (sqlite, postgres, ...)."""
+    store = getattr(getattr(client, "_tracking_client", None), "store", None)
+    if store is not None and type(store).__name__ == "SqlAlchemyStore" and hasattr(store, "get_metric_history_bulk"):
+        return store
+    return None
+
+
 def _load_histories(client, run_ids: list[str], metrics: Sequence[str], threads: int) -> dict[str, dict[str, pd.Series]]:
+    """Full histories: one bulk query per metric and chunk of runs on a SQLAlchemy store (one scan of
+    the metric instead of one per run), ``get_metric_history`` per run and metric otherwise."""
+    out: dict[str, dict[str, pd.Series]] = {m: {} for m in metrics}
+    if not run_ids or not metrics:
+        return out
+    store = _bulk_store(client)
+    if store is not None:
+        try:
+            for metric in metrics:
+                for i in range(0, len(run_ids), BULK_CHUNK):
+                    rows = store.get_metric_history_bulk(run_ids[i:i + BULK_CHUNK], metric, BULK_MAX)
+                    if len(rows) >= BULK_MAX:
+                        raise OverflowError
+                    by_run: dict[str, list] = {}
+                    for m in rows:
+                        by_run.setdefault(m.run_id, []).append(m)
+                    for run_id, hist in by_run.items():
+                        out[metric][run_id] = history_series(hist)
+            return out
+        except Exception:  # noqa: BLE001 - any surprise: the public per-run path below
+            out = {m: {} for m in metrics}
+
     jobs = [(r, m) for r in run_ids for m in metrics]
 
     def fetch(job):
@@ -298,7 +334,6 @@ def _load_histories(client, run_ids: list[str], metrics: Sequence[str], threads:
             results = list(pool.map(fetch, jobs))
     else:
         results = [fetch(j) for j in jobs]
-    out: dict[str, dict[str, pd.Series]] = {m: {} for m in metrics}
     for (run_id, metric), series in zip(jobs, results):
         if len(series):
             out[metric][run_id] = series

@@ -82,3 +82,16 @@ def test_inf_loss_round_trip_and_skipped_runs(fresh_store):
     assert len(exp.runs) == 1
     assert math.isinf(exp.series(M.POLICY_LOSS, rid).loc[31])
     assert any("without an `estimator` tag" in n for n in exp.notes)
+
+
+def test_bulk_and_per_run_paths_agree(store, monkeypatch):
+    import analysis.load as L
+
+    bulk = load_experiment("demo", store.uri)
+    assert L._bulk_store(L.client_for(store.uri)) is not None  # the sqlite store takes the bulk path
+    monkeypatch.setattr(L, "_bulk_store", lambda client: None)
+    per_run = load_experiment("demo", store.uri)
+    for metric, runs in bulk.histories.items():
+        assert set(runs) == set(per_run.histories[metric])
+        for run_id, s in runs.items():
+            assert s.equals(per_run.histories[metric][run_id]), (metric, run_id)
