@@ -58,8 +58,9 @@ def preflight(cfg: RunConfig) -> None:
     train_files, val_files = translate.data_files(cfg)
     for f in (train_files, val_files):
         if not os.path.exists(os.path.expanduser(f)):
-            problems.append(f"data file {f} is missing: prepare it with "
-                            f"`python -m harness.backends.verl.data {cfg.task.name}` (see docs/verl.md)")
+            length = "" if cfg.task.name == "gsm8k" else f" --length {cfg.task.length}"
+            problems.append(f"data file {f} is missing: prepare it with `python -m harness.backends.verl.data "
+                            f"{cfg.task.name}{length} --root {cfg.verl.data.root}` (see docs/verl.md)")
     path = cfg.model.path or ""
     if path.startswith(("/", ".", "~")) and not os.path.exists(os.path.expanduser(path)):
         problems.append(f"model.path {path} does not exist")  # a Hub id (org/name) is fetched by verl
@@ -106,6 +107,9 @@ def train(cfg: RunConfig, tracker: "Tracker | None" = None) -> None:
         (cfg.run_dir / RUN_ID_FILE).write_text(tracker.run_id + "\n")
     env = {**translate.environment(cfg), "MLFLOW_RUN_ID": tracker.run_id}
     argv = translate.command(cfg, commit=commit, env=env)
+    if os.environ.get("SLURM_CPUS_PER_TASK") and not os.environ.get("RAY_ADDRESS"):
+        # a single-node job starts Ray itself: give it the CPUs Slurm allotted, not the node's count
+        argv.append(f"ray_kwargs.ray_init.num_cpus={int(os.environ['SLURM_CPUS_PER_TASK'])}")
     print(f"[harness] MLflow run {tracker.run_id}; running: {shlex.join(argv)}", flush=True)
     proc = subprocess.run(argv, env={**os.environ, **env})
     if proc.returncode != 0:

@@ -1,7 +1,8 @@
 """Fixtures of the verl backend tests: verl's own config tree, a tiny offline HF checkpoint, specs.
 
 All of it runs on CPU: verl 0.9.1 is installed (tests extra), vLLM and GPUs are not. The only
-fakes are for what cannot run here, and they say so: ``FakeVLLMServer`` (verl's rollout server).
+fakes are for what cannot run here, and they say so: ``FakeVLLMServer`` (verl's vLLM server) and
+``fake_main_ppo.py`` (verl's entry point without Ray, vLLM and GPU workers).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 verl = pytest.importorskip("verl", reason="verl is not installed (scripts/install.sh test installs verl==0.9.1)")
 
-from harness.config import ConfigError, load  # noqa: E402
+from harness.config import load  # noqa: E402
 
 VERL_CONFIG_DIR = Path(verl.__file__).parent / "trainer" / "config"
 LLM = ["trainer.lr=1e-6", "trainer.prompts_per_step=16", "trainer.group_size=8", "trainer.num_minibatches=4"]
