@@ -68,6 +68,8 @@ def store(empty_db, tmp_path_factory) -> Store:
         SyntheticRun("rollout", s, curve(60, seed=30 + s), extra_tags={"model": m, "model_kind": k})
         for s in range(2) for m, k in (("moe_tiny", "moe"), ("dense_tiny", "dense"))
     ], artifact_location=art)
+    # probe runs only
+    log_probe_run(uri, "probes_only", "moe", 0.008, 1e-3, 1e-7)
     return Store(uri, root)
 
 

@@ -102,3 +102,23 @@ def test_report_to_a_store_without_the_experiment_raises(store, tmp_path):
 
     with pytest.raises(AnalysisError, match="experiments there"):
         build_report("nope", store.uri, tmp_path, echo=None)
+
+
+def test_probe_only_experiment_reports_the_probe_table(store, tmp_path, fast_cfg):
+    result = build_report("probes_only", store.uri, tmp_path / "p", fast_cfg, echo=None, log_to_mlflow=False)
+    md = result.report_md.read_text()
+    assert "only probe runs" in md and "Noise probe" in md and "0.008" in md
+    assert not result.figures and set(result.skipped) >= set(FIG_SIZES)
+    assert (tmp_path / "p" / "noise_probe.tex").exists()
+
+
+def test_palette_is_shared_and_distinct(store):
+    from analysis.palette import Palette
+
+    exp = load_experiment("demo", store.uri)
+    pal = Palette.from_runs(exp.runs)
+    again = Palette.from_runs(exp.runs)
+    assert all(pal[lab] == again[lab] for lab in exp.labels)
+    colours = [pal[lab].colour for lab in exp.labels]
+    assert len(set(colours)) == len(colours)
+    assert pal["tis(C=2,token)"].linestyle == "-" and pal["tis(C=2,sequence)"].linestyle == "--"
