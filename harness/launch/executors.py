@@ -60,6 +60,16 @@ class RunJob(Checkpointable):
         return DelayedSubmission(RunJob(self.spec, self.tags), *args, **kwargs)
 
 
+def job_for(cfg) -> Checkpointable:
+    """The callable a job runs for ``cfg``: the local backend's ``execute``, or verl's per-node
+    launcher (Ray head on the first node, workers on the others; ``harness.backends.verl.launch``)."""
+    if cfg.backend.name == "verl":
+        from harness.backends.verl.launch import VerlJob
+
+        return VerlJob(cfg.to_dict())
+    return RunJob(cfg.to_dict())
+
+
 class Sequence(Checkpointable):
     """Several tasks one after the other in one job (the local launcher's workers). Tasks are
     idempotent (a finished run returns its summary at once), so a requeue simply calls it again."""
@@ -121,8 +131,8 @@ def slurm_parameters(spec) -> dict[str, Any]:
     }
     if lc.partition:
         params["partition"] = lc.partition
-    if lc.mem_gb:
-        params["mem"] = f"{int(round(lc.mem_gb * 1024))}MB"
+    if lc.mem_gb is not None:
+        params["mem"] = "0" if lc.mem_gb == 0 else f"{int(round(lc.mem_gb * 1024))}MB"
     if lc.gpus_per_node:
         params["gpus_per_node"] = lc.gpus_per_node
     for k in ("account", "qos", "constraint", "exclude"):

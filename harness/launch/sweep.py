@@ -76,7 +76,7 @@ class LauncherConfig:
     partition: Optional[str] = None  # slurm partition (default: the cluster's default)
     time_min: int = 120  # wall-clock limit per job; submitit signals USR2 `signal_delay_s` before it
     cpus_per_task: int = 1
-    mem_gb: Optional[float] = 4.0
+    mem_gb: Optional[float] = 4.0  # null: the cluster's default; 0: all of the node's memory
     gpus_per_node: int = 0
     nodes: int = 1
     tasks_per_node: int = 1
@@ -219,8 +219,9 @@ def _launcher_from(data: Any) -> LauncherConfig:
         v = getattr(lc, k)
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise SweepError(f"launcher.{k}: expected an integer >= 0, got {v!r}", key=f"launcher.{k}")
-    if lc.mem_gb is not None and (isinstance(lc.mem_gb, bool) or not isinstance(lc.mem_gb, (int, float)) or lc.mem_gb <= 0):
-        raise SweepError(f"launcher.mem_gb: expected a number > 0 or null, got {lc.mem_gb!r}", key="launcher.mem_gb")
+    if lc.mem_gb is not None and (isinstance(lc.mem_gb, bool) or not isinstance(lc.mem_gb, (int, float)) or lc.mem_gb < 0):
+        raise SweepError(f"launcher.mem_gb: expected a number >= 0 (0: the whole node) or null, got {lc.mem_gb!r}",
+                         key="launcher.mem_gb")
     if lc.checkpoint_every is not None and (isinstance(lc.checkpoint_every, bool)
                                             or not isinstance(lc.checkpoint_every, int) or lc.checkpoint_every < 0):
         raise SweepError(f"launcher.checkpoint_every: expected an integer >= 0 or null, got {lc.checkpoint_every!r}",
@@ -364,7 +365,24 @@ def validate(spec: SweepSpec, runs: list[PlannedRun] | None = None) -> list[Plan
         raise SweepError(f"sweep {spec.name}: {len(errors)} of {len(runs)} runs invalid, nothing submitted:\n  "
                          + "\n  ".join(lines), key=errors[0][1].key)
     # launcher vs runs
+    lc = spec.launcher
     for r in runs:
+        if r.cfg.backend.name == "verl":
+            v = r.cfg.verl
+            if lc.name == "slurm":
+                for key, want in (("nodes", v.nnodes), ("gpus_per_node", v.gpus_per_node), ("tasks_per_node", 1)):
+                    if getattr(lc, key) != want:
+                        raise SweepError(f"launcher.{key}: {r.label} is a verl run on {v.nnodes} node(s) x "
+                                         f"{v.gpus_per_node} GPUs (one task per node): set launcher.{key}={want}, "
+                                         f"not {getattr(lc, key)}", key=f"launcher.{key}")
+            elif v.nnodes > 1:
+                raise SweepError(f"launcher: {r.label} is a verl run on {v.nnodes} nodes; use launcher=slurm",
+                                 key="launcher")
+            continue
+        if lc.nodes != 1 or lc.tasks_per_node != 1:
+            raise SweepError(f"launcher.nodes: {r.label} runs on the local backend: one task on one node "
+                             f"(launcher.nodes=1, launcher.tasks_per_node=1), not {lc.nodes} x {lc.tasks_per_node}",
+                             key="launcher.nodes" if lc.nodes != 1 else "launcher.tasks_per_node")
         if r.cfg.backend.threads > spec.launcher.cpus_per_task * max(1, spec.launcher.tasks_per_node):
             raise SweepError(f"launcher.cpus_per_task: {spec.launcher.cpus_per_task} CPUs per job but {r.label} "
                              f"uses backend.threads={r.cfg.backend.threads}; raise launcher.cpus_per_task or lower "
@@ -493,7 +511,7 @@ def submit_sweep(spec: SweepSpec, rerun: bool = False, dry_run: bool = False, ou
     if rerun:
         for d in todo:
             archive_finished(d.run.cfg.run_dir)
-    tasks = [executors.RunJob(d.run.cfg.to_dict()) for d in todo]
+    tasks = [executors.job_for(d.run.cfg) for d in todo]
     names = [d.run.name or spec.name for d in todo]
     job_ids = executors.submit(spec, tasks, names)
     db = JobsDB(spec.sweep_dir)
