@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
 GROUPS = ("estimator", "model", "task", "backend")
 ESTIMATORS = ("rollout", "recompute", "tis", "mis", "icepop", "r3", "mean_n", "rais", "deterministic")
-TASKS = ("sort", "addition")
+TASKS = ("sort", "addition", "gsm8k")
+LOCAL_TASKS = ("sort", "addition")  # generated tasks of the local backend; gsm8k is verl-only
 DTYPES = ("bfloat16", "float16", "float32")
 #: keys that describe *where/how* a run is executed or logged, not *what* it computes
 NON_IDENTITY_KEYS = ("tracking", "launcher", "out_dir")
@@ -159,8 +160,11 @@ class RunConfig:
 
 
 def signature(spec: dict[str, Any], length: int = 10) -> str:
-    """Short hash of the resolved spec without the keys that do not change what is computed."""
+    """Short hash of the resolved spec without the keys that do not change what is computed
+    (and without the verl section for runs of another backend: its knobs are not read there)."""
     ident = {k: v for k, v in spec.items() if k not in NON_IDENTITY_KEYS}
+    if (spec.get("backend") or {}).get("name") != "verl":
+        ident.pop("verl", None)
     blob = json.dumps(ident, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:length]
 
@@ -266,6 +270,13 @@ def validate(cfg: RunConfig) -> RunConfig:
 
     b = cfg.backend
     _one_of(b.name, ("local", "verl"), "backend")
+    if b.name == "verl":
+        from harness.backends.verl.config import validate as validate_verl
+
+        validate_verl(cfg)
+    else:
+        _one_of(t.name, LOCAL_TASKS, "task")
+        _require(m.path is None, "model.path", f"a checkpoint path is for backend=verl; the local backend builds {m.name} from its config")
     _one_of(b.device, ("cpu", "cuda", "auto"), "backend.device")
     _require(b.threads >= 1, "backend.threads", f"must be >= 1, got {b.threads}")
 
