@@ -301,7 +301,7 @@ class TrialJob(Checkpointable):
             rewards: dict[int, float] = {}
             if (cfg.run_dir / "checkpoint.pt").exists():  # resumed: earlier steps come from MLflow
                 rewards.update(_logged_rewards(cfg, self.spec.experiment))
-            reported = set(study._storage.get_trial(trial._trial_id).intermediate_values)
+            reported = set(own.intermediate_values) if own is not None else set()
 
             def on_step(step: int, metrics: dict[str, float]) -> bool:
                 rewards[step] = float(metrics[M.REWARD_MEAN])
@@ -452,19 +452,24 @@ def wait_trials(spec: SweepSpec, tc: TuneConfig, study, slots: list[int], timeou
 
 
 def mark_lost(spec: SweepSpec, study, slots: list[int]) -> None:
-    """Trials still RUNNING whose job has ended without telling (killed, out of requeues) -> FAIL."""
+    """Trials still RUNNING whose job has ended without telling the study (killed, out of requeues)
+    -> FAIL; so are trials that never got a slot (a job killed between ask and set_user_attr) once
+    no trial job of this sweep is alive."""
     from optuna.trial import TrialState
 
     from harness.launch.executors import job_states
 
     db = JobsDB(spec.sweep_dir)
-    recs = {s: db.trials.get(str(s)) for s in slots}
-    states = job_states([r for r in recs.values() if r])
+    recs = {int(s): r for s, r in db.trials.items()}
+    states = job_states(list(recs.values()))
+    none_alive = not any(st.alive for st in states.values())
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        rec = recs.get(t.user_attrs.get("slot"))
+        slot = t.user_attrs.get("slot")
+        rec = recs.get(slot) if slot is not None else None
         st = states.get(str(rec["job_id"])) if rec else None
-        if st is not None and not st.alive:
-            study._storage.set_trial_user_attr(t._trial_id, "error", f"job {rec['job_id']} ended without a result")
+        if (st is not None and not st.alive) or (slot is None and none_alive):
+            print(f"  trial {t.number:3d} FAIL     its job ({rec['job_id'] if rec else '?'}) ended without a result",
+                  file=sys.stderr)
             study.tell(t.number, state=TrialState.FAIL)
 
 
@@ -504,7 +509,7 @@ def report(spec: SweepSpec, plots: bool = True, as_json: bool = False, out=None)
                                                  "signature": best.user_attrs.get("spec_sig")},
               "plots": []}
     if plots and complete:
-        result["plots"] = save_plots(study, spec.sweep_dir, [p.key for p in tc.params])
+        result["plots"] = save_plots(study, spec.sweep_dir, tc.params)
     if as_json:
         header, rows = trials_table(study, tc)
         result["trials"] = [dict(zip(header, r)) for r in rows]
@@ -525,7 +530,7 @@ def report(spec: SweepSpec, plots: bool = True, as_json: bool = False, out=None)
     return result
 
 
-def save_plots(study, folder: Path, keys: list[str]) -> list[str]:
+def save_plots(study, folder: Path, params: list[ParamSpec]) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -536,14 +541,18 @@ def save_plots(study, folder: Path, keys: list[str]) -> list[str]:
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, fn in (("optimization_history", lambda: ovm.plot_optimization_history(study)),
-                     ("slice", lambda: ovm.plot_slice(study, params=keys))):
+                     ("slice", lambda: ovm.plot_slice(study, params=[p.key for p in params]))):
         try:
             ax = fn()
         except Exception as exc:  # noqa: BLE001 - a plot must not lose the report
             print(f"warning: no {name} plot: {exc}", file=sys.stderr)
             continue
-        first = ax.flat[0] if hasattr(ax, "flat") else ax
-        fig = first.figure
+        axes = list(ax.flat) if hasattr(ax, "flat") else [ax]
+        fig = axes[0].figure
+        if name == "slice":  # show the whole search range, not just the sampled span
+            for a, p in zip(axes, params):
+                if p.type != "categorical":
+                    a.set_xlim(p.low / 1.05 if p.log else p.low, p.high * 1.05 if p.log else p.high)
         fig.set_size_inches(7, 4.5)
         fig.tight_layout()
         path = folder / f"{name}.png"

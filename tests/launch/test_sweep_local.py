@@ -27,3 +27,50 @@ def test_local_sweep_runs_and_resubmits_nothing(store, capsys):
     assert sweep.main(args) == 0
     assert "0 to submit, 2 finished (skipped)" in capsys.readouterr().out
     assert JobsDB(spec.sweep_dir).runs == before
+
+
+def test_rerun_forces_a_finished_run_from_scratch(store, capsys):
+    """--rerun resubmits a finished run (the old summary kept aside) into a new MLflow run."""
+    from mlflow.tracking import MlflowClient
+
+    root, uri = store
+    args = [str(SWEEPS / "tiny.yaml"), "launcher=local", "grid.estimator=[recompute]", "seeds=[0]",
+            *where(root, uri, "rerun")]
+    spec = load_spec(args[0], args[1:])
+    assert sweep.main(args) == 0
+    wait_sweep(spec, timeout=180)
+    (run,) = sweep.validate(spec)
+    first = json.loads((run.cfg.run_dir / "summary.json").read_text())
+    assert sweep.main(args + ["--rerun"]) == 0
+    assert "1 to submit" in capsys.readouterr().out
+    assert list(run.cfg.run_dir.glob("summary.json.prev-*"))
+    wait_sweep(spec, timeout=180)
+    second = json.loads((run.cfg.run_dir / "summary.json").read_text())
+    assert second["run_id"] != first["run_id"] and second["status"] == "finished"
+    assert second["final_reward"] == first["final_reward"]  # same spec and seed: the same curve
+    client = MlflowClient(tracking_uri=uri)
+    assert len(client.search_runs([client.get_experiment_by_name("rerun").experiment_id])) == 2
+
+
+def test_requeued_trial_job_takes_back_its_trial(store):
+    """A trial job killed after it asked for its trial (then requeued) continues that same trial:
+    same parameters, no second trial, no RUNNING left behind."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from harness.launch.tune import TrialJob, open_storage, open_study, parse_tune, validate_tune
+
+    root, uri = store
+    spec = load_spec(SWEEPS / "tiny_tune.yaml", where(root, uri, "requeued_trial"))
+    tc = parse_tune(spec)
+    study = open_study(spec, tc, validate_tune(spec, tc))
+    sweep.prepare_tracking(spec, sweep.build_run(spec, spec.base))
+    # what the first incarnation of slot 0 did before it was killed
+    t = study.ask()
+    t.set_user_attr("slot", 0)
+    c = t.suggest_float("estimator.clip_c", 1.01, 10.0, log=True)
+    result = TrialJob(spec, tc, slot=0)()  # the requeued job (in this process)
+    trials = optuna.load_study(study_name=tc.study, storage=open_storage(tc.storage)).get_trials()
+    assert len(trials) == 1 and trials[0].state in (TrialState.COMPLETE, TrialState.PRUNED)
+    assert trials[0].params["estimator.clip_c"] == c and result["trial"] == 0
+    assert TrialJob(spec, tc, slot=0)()["state"] == trials[0].state.name  # a third start: nothing to do
