@@ -124,7 +124,7 @@ def _curves(ctx: FigureContext, name: str, metric: str, smoothed: bool, title: s
         ax.plot(steps, center, color=st.colour, linestyle=st.linestyle, linewidth=2,
                 label=f"{label} ({n_runs} seeds)" if n_runs > 1 else label)
         if np.isfinite(lo).any():
-            ax.fill_between(steps, lo, hi, color=st.colour, alpha=0.18, linewidth=0)
+            ax.fill_between(steps, lo, hi, color=st.colour, alpha=0.18 if len(ctx.exp.labels) <= 4 else 0.1, linewidth=0)
         vals = np.concatenate([center, lo, hi])
         positives.append(vals[np.isfinite(vals) & (vals > 0)])
         drawn += 1
