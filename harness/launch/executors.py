@@ -16,7 +16,6 @@ import getpass
 import os
 import shutil
 import subprocess
-import sys
 import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path

@@ -210,3 +210,11 @@ def test_submitting_to_slurm_without_tools_fails_clearly(tmp_path, monkeypatch):
     spec = load_spec(SWEEPS / "tiny.yaml", ["launcher=slurm", f"runs_dir={tmp_path}"])
     with pytest.raises(SubmissionError, match="Slurm client tools not found"):
         executors.submit(spec, [executors.RunJob({})])
+
+
+def test_slurm_tests_skip_with_the_reason_when_tools_are_absent(tmp_path):
+    env = {"PATH": "/nonexistent", "HARNESS_SLURM_INSTALL": "0", "HOME": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-m", "pytest", "tests/launch/test_tune_slurm.py", "-q", "-rs",
+                        "-p", "no:cacheprovider"], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 skipped" in r.stdout and "no Slurm: Slurm tools absent" in r.stdout, r.stdout
