@@ -2,7 +2,8 @@
 
 Every estimator x ``--seeds`` seeds on the default spec (``experiments/config.yaml``), runs in
 parallel (``--workers``, one torch thread each), logged to the MLflow experiment ``--experiment``;
-ends with a summary table per estimator. Extra ``key=value`` arguments override the spec of every
+ends with a summary table per estimator, then the analysis report over what it just trained
+(``python -m analysis report --experiment <experiment>``: tables, figures, report.md). Extra ``key=value`` arguments override the spec of every
 run (e.g. ``trainer.steps=50``). Finished runs (same signature) are not recomputed.
 """
 from __future__ import annotations
@@ -69,8 +70,13 @@ def main(argv: list[str] | None = None) -> int:
                   f"final {summary.final_reward:.3f}, {summary.time_per_step_s:.2f} s/step", flush=True)
     print()
     print(table(results))
-    print(f"\nAll runs: mlflow ui --backend-store-uri {load([]).tracking_uri}")
-    return 0
+    uri = load(jobs[0]).tracking_uri
+    print(f"\n[demo] analysis: python -m analysis report --experiment {args.experiment}", flush=True)
+    from analysis.__main__ import main as analysis_main
+
+    rc = analysis_main(["report", "--experiment", args.experiment, "--tracking-uri", uri])
+    print(f"\nAll runs: mlflow ui --backend-store-uri {uri}")
+    return rc
 
 
 if __name__ == "__main__":
