@@ -12,7 +12,8 @@
 # Knobs (environment): SLURM_LOCAL_CPUS (CPUs the node offers; default all that slurmd -C sees),
 # SLURM_LOCAL_MEM_MB (default 90% of what slurmd -C sees), SLURM_LOCAL_PORT (slurmctld port;
 # slurmd uses PORT+1; default two free ports), SLURM_LOCAL_PARTITION (default: debug),
-# SLURM_LOCAL_TIMEOUT_S (how long to wait for the node to come up; default 60).
+# SLURM_LOCAL_TIMEOUT_S (how long to wait for the node to come up; default 60), SLURM_LOCAL_KILLWAIT
+# (seconds between SIGTERM and SIGKILL when a job is requeued or cancelled; default 1).
 # Runs as root (SlurmUser=root, munged as the munge user). Requires `bash slurm/install.sh` first.
 set -euo pipefail
 export PATH="$PATH:/usr/sbin:/sbin"
@@ -130,7 +131,8 @@ ReturnToService=2
 SlurmctldTimeout=30
 SlurmdTimeout=60
 InactiveLimit=0
-KillWait=2
+# SIGTERM -> SIGKILL after KillWait s (submitit ignores SIGTERM: runs resume from their last checkpoint)
+KillWait=${SLURM_LOCAL_KILLWAIT:-1}
 MinJobAge=3600
 MaxArraySize=10001
 JobRequeue=1
