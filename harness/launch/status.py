@@ -3,7 +3,8 @@
 One row per run: its name, signature, the Slurm (or local) job, the state (the run's own result
 when it is over: finished / diverged / pruned; else the scheduler's: PENDING, RUNNING, ...; else
 what submitit's result files say), the last logged step, the smoothed reward there, and whether
-the reward curve has collapsed (pre-registered rule, ``harness.launch.scoring``). Progress comes
+the reward curve has collapsed (the pre-registered rule of ``analysis.measures``, through
+``harness.launch.scoring``). Progress comes
 from MLflow (the run with the signature's ``spec_sig`` tag in the sweep's experiment). For an
 Optuna spec (a ``tune:`` block) it prints the study's trials instead.
 """
@@ -104,7 +105,7 @@ def sweep_status(spec: SweepSpec) -> list[RunStatus]:
         step = reward = onset = None
         if p and p["rewards"]:
             step = p["steps"][-1] + 1
-            reward = smooth(p["rewards"], rule.window)[-1]
+            reward = smooth(p["rewards"], rule.window, rule.kind)[-1]
             onset = collapse_onset(p["rewards"], rule, p["losses"])
         rows.append(RunStatus(run=r.name or spec.name, signature=r.signature, job=jid, state=state, step=step,
                               steps=r.cfg.trainer.steps, reward=reward, collapsed=onset,

@@ -18,6 +18,7 @@ everything but the tuned keys, plus a ``tune:`` block::
                                      # or {name: none}
       report_every: 10               # smoothed reward -> trial.report every K steps
       objective: {name: tail_mean, tail_frac: 0.2, window: 10}    # see harness.launch.scoring
+                                     # (what the pruner sees: a trailing mean over `window` steps)
 
 Each trial is one run (its own signature and run folder, its MLflow run tagged ``optuna_study``
 and ``optuna_trial``) executed by one job: the job opens the shared storage, asks for a trial
@@ -39,7 +40,7 @@ from typing import Any, Optional
 
 from submitit.helpers import Checkpointable, DelayedSubmission
 
-from harness.launch.scoring import Objective, score
+from harness.launch.scoring import Objective, score, trailing_mean
 from harness.launch.sweep import (
     JobsDB,
     SweepError,
@@ -308,8 +309,7 @@ class TrialJob(Checkpointable):
                 done = step + 1
                 if done % tc.report_every:
                     return False
-                win = [rewards[s] for s in range(done - window, done) if s in rewards]
-                value = sum(win) / len(win)
+                value = trailing_mean([rewards[s] for s in range(done - window, done) if s in rewards], window)
                 if not math.isfinite(value):
                     return False
                 if done not in reported:
