@@ -176,7 +176,12 @@ def submit(spec, tasks: list[Checkpointable], names: list[str] | None = None) ->
         except (subprocess.CalledProcessError, submitit.core.utils.FailedJobError, OSError) as exc:
             out = getattr(exc, "output", b"") or b""
             out = out.decode(errors="replace") if isinstance(out, bytes) else str(out)
-            raise SubmissionError(f"sbatch failed: {exc} {out.strip()}") from None
+            out = out.strip() or str(exc)
+            hint = ""
+            if "configuration source" in out or "Unable to contact slurm controller" in out:
+                hint = ("\nno Slurm controller reachable: set SLURM_CONF, or start a single-node cluster with "
+                        "eval \"$(bash slurm/start.sh)\"")
+            raise SubmissionError(f"sbatch failed: {out}{hint}") from None
         return [j.job_id for j in jobs]
     # local: `array_parallelism` worker processes, each running its share of the tasks in order
     ex = submitit.LocalExecutor(folder=folder, max_num_timeout=lc.max_requeues)
