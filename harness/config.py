@@ -165,6 +165,8 @@ def signature(spec: dict[str, Any], length: int = 10) -> str:
     ident = {k: v for k, v in spec.items() if k not in NON_IDENTITY_KEYS}
     if (spec.get("backend") or {}).get("name") != "verl":
         ident.pop("verl", None)
+    if isinstance(ident.get("trainer"), dict):  # where a run can resume, not what it computes
+        ident["trainer"] = {k: v for k, v in ident["trainer"].items() if k != "checkpoint_every"}
     blob = json.dumps(ident, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:length]
 

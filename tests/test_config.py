@@ -36,6 +36,7 @@ def test_bad_values_name_the_key(overrides, key, text):
 def test_signature_ignores_tracking_and_output_but_not_the_science():
     a = load([])
     assert load(["tracking.experiment=other", "out_dir=/tmp/x"]).signature == a.signature
+    assert load(["trainer.checkpoint_every=7"]).signature == a.signature
     assert load(["seed=1"]).signature != a.signature
     assert load(["inference.router_noise_sigma=0.1"]).signature != a.signature
     assert len(a.signature) == 10

@@ -51,14 +51,16 @@ LAUNCHERS = ("slurm", "local")
 TOP_KEYS = ("name", "experiment", "tracking_uri", "base", "grid", "variants", "seeds", "runs_dir",
             "sweep_dir", "launcher", "tune", "description")
 
-USAGE = """usage: python -m harness.sweep SPEC.yaml [OVERRIDE ...] [--rerun] [--dry-run]
+USAGE = """usage: python -m harness.sweep SPEC.yaml [OVERRIDE ...] [--rerun] [--dry-run] [--wait]
 
   SPEC.yaml      a sweep spec (sweeps/*.yaml)
   OVERRIDE       launcher=slurm|local, launcher.KEY=VALUE, experiment=NAME, seeds=[0,1],
                  runs_dir=PATH, sweep_dir=PATH, or any run override key=value (added to base)
   --rerun        resubmit runs that already finished (from scratch); running ones are left alone
   --dry-run      validate and print the plan; submit nothing
-Exit status: 0 submitted (or nothing to do), 2 invalid spec (nothing submitted), 1 submission failed."""
+  --wait         block until every run of the sweep has finished (the demo uses it)
+Exit status: 0 submitted (or nothing to do), 2 invalid spec (nothing submitted), 1 submission failed
+(with --wait: a run failed)."""
 
 
 class SweepError(ValueError):
@@ -530,6 +532,38 @@ def submit_sweep(spec: SweepSpec, rerun: bool = False, dry_run: bool = False, ou
     return decisions
 
 
+def wait_for(spec: SweepSpec, decisions: list[Decision], poll_s: float = 5.0, out=None) -> int:
+    """Block until every submitted or running run of the sweep has finished (``--wait``).
+
+    Finished = ``summary.json`` in the run's folder. A job that is over without one has failed:
+    the number of such runs is returned (0 = all finished), with the job's last error line.
+    """
+    from harness.launch import executors
+
+    out = sys.stdout if out is None else out
+    pending = {d.run.signature: d.run for d in decisions if d.action in ("submit", "running")}
+    total, failed, t0 = len(pending), 0, time.time()
+    while pending:
+        time.sleep(poll_s)
+        db = JobsDB(spec.sweep_dir)
+        states = executors.job_states([db.runs[s] for s in pending if s in db.runs])
+        for sig, run in list(pending.items()):
+            if (run.cfg.run_dir / SUMMARY_FILE).exists():
+                del pending[sig]
+                print(f"[{total - len(pending)}/{total}] {run.name or spec.name} ({sig}) finished "
+                      f"({time.time() - t0:.0f} s)", file=out, flush=True)
+                continue
+            st = states.get(str(db.runs.get(sig, {}).get("job_id", "")))
+            if st is not None and not st.alive and st.state in ("DONE", "FAILED", "LOST", "COMPLETED"):
+                if (run.cfg.run_dir / SUMMARY_FILE).exists():
+                    continue  # finished between the two looks
+                del pending[sig]
+                failed += 1
+                print(f"[{total - len(pending)}/{total}] {run.name or spec.name} ({sig}) FAILED: {st.state} "
+                      f"{st.detail}", file=out, flush=True)
+    return failed
+
+
 # ----------------------------------------------------------------------------------------- CLI
 def split_args(argv: list[str], flags: tuple[str, ...], usage: str) -> tuple[str, list[str], set[str]]:
     if any(a in ("-h", "--help") for a in argv):
@@ -548,11 +582,13 @@ def split_args(argv: list[str], flags: tuple[str, ...], usage: str) -> tuple[str
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        path, overrides, opts = split_args(argv, ("--rerun", "--dry-run"), USAGE)
+        path, overrides, opts = split_args(argv, ("--rerun", "--dry-run", "--wait"), USAGE)
         spec = load_spec(path, overrides)
         if spec.tune is not None:
             raise SweepError(f"{path} is an Optuna study (it has a `tune:` block): run python -m harness.tune {path}")
-        submit_sweep(spec, rerun="--rerun" in opts, dry_run="--dry-run" in opts)
+        decisions = submit_sweep(spec, rerun="--rerun" in opts, dry_run="--dry-run" in opts)
+        if "--wait" in opts and "--dry-run" not in opts:
+            return 1 if wait_for(spec, decisions) else 0
     except SweepError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
