@@ -10,7 +10,8 @@ install-test:
 	bash scripts/install.sh test
 
 demo: install
-	$(PY) -m harness.demo
+	$(PY) -m harness.sweep sweeps/demo.yaml launcher=local --wait
+	$(PY) -m analysis report --experiment demo
 
 test: install-test
 	$(PY) -m pytest
