@@ -95,13 +95,9 @@ class Sequence(Checkpointable):
 
 def execute(cfg, **kwargs):
     """``harness.run.execute`` without the progress bar (job logs are files, not terminals)."""
-    import inspect
-
     from harness.run import execute as _execute
 
-    if "progress" in inspect.signature(_execute).parameters:
-        kwargs.setdefault("progress", False)
-    return _execute(cfg, **kwargs)
+    return _execute(cfg, progress=False, **kwargs)
 
 
 # ------------------------------------------------------------------------------------ submitting
