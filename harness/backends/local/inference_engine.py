@@ -9,7 +9,11 @@
   batch shape), partial products rounded to ``dtype`` - noise for dense models too;
 - ``deterministic``: fixed combine order and no split-K (batch invariant): zero scoring variance;
 - explicit perturbations, off by default (DESIGN.md section 3): router-logit noise before top-k,
-  output-logit noise, and a biased down-weighting of low-probability tokens.
+  output-logit noise, and a biased down-weighting of low-probability tokens. The two noise knobs
+  draw fresh N(0, sigma^2) per call; in ``deterministic`` mode they become *frozen*: the same
+  scale, but a fixed function of the hidden state (a fixed random projection), so a deterministic
+  engine still differs from the training engine but no longer from itself (deterministic inference
+  removes run-to-run variance, not the train-inference mismatch).
 
 ``generate`` returns tokens, the sampling log-probs (``logprobs_mode``: ``processed`` = the exact
 distribution sampled from; ``raw`` = before temperature/top-k) and the routed experts per token and
@@ -66,6 +70,12 @@ class InferenceEngine:
         self.device = torch.device(device)
         self.sample_gen = torch.Generator(self.device).manual_seed(seed * 1000 + 1)
         self.noise_gen = torch.Generator(self.device).manual_seed(seed * 1000 + 2)
+        g = torch.Generator().manual_seed(seed * 1000 + 6)
+        d = self.mcfg.d_model
+        self.frozen = {  # fixed projections: the deterministic mode's stand-in for fresh noise
+            "router": torch.randn(d, self.mcfg.n_experts, generator=g).to(self.device),
+            "logits": torch.randn(d, policy.vocab_size, generator=g).to(self.device),
+        }
         self.load_weights(policy)
 
     # ------------------------------------------------------------------ weights (as weight sync)
@@ -85,7 +95,7 @@ class InferenceEngine:
         n = x.shape[0]
         logits = call.mm(x, self.w[p + "router"]).float()
         if cfg.router_noise_sigma > 0:
-            logits = logits + cfg.router_noise_sigma * torch.randn(logits.shape, generator=call.gen, device=x.device)
+            logits = logits + cfg.router_noise_sigma * self._noise(call, x, "router")
         probs = torch.softmax(logits, -1)
         gates, selected = probs.topk(mc.top_k, dim=-1)
         gates = (gates / gates.sum(-1, keepdim=True)).to(self.dtype)
@@ -138,12 +148,23 @@ class InferenceEngine:
             else:
                 out = call.mm(F.silu(call.mm(hn, w[p + "ffn.w_gate"])) * call.mm(hn, w[p + "ffn.w_up"]), w[p + "ffn.w_down"])
             x = x + out.view(b, t, -1)
-        logits = call.mm(rms_norm(x, w["final_norm"], mc.norm_eps), w["lm_head"]).float()
+        hidden = rms_norm(x, w["final_norm"], mc.norm_eps)
+        logits = call.mm(hidden, w["lm_head"]).float()
         if self.cfg.logit_noise_sigma > 0:
-            logits = logits + self.cfg.logit_noise_sigma * torch.randn(logits.shape, generator=call.gen, device=x.device)
+            logits = logits + self.cfg.logit_noise_sigma * self._noise(call, hidden, "logits")
         if mc.kind != "moe":
             return logits, None, None
         return logits, torch.stack(router_logp, 2), torch.stack(selected, 2)
+
+    def _noise(self, call: _Call, x: Tensor, which: str) -> Tensor:
+        """Standard-normal noise per entry: fresh per call, or frozen (a function of x) when deterministic."""
+        proj = self.frozen[which]
+        if not self.cfg.deterministic:
+            shape = (*x.shape[:-1], proj.shape[1])
+            return torch.randn(shape, generator=call.gen, device=x.device)
+        z = x.float()
+        z = z / z.norm(dim=-1, keepdim=True).clamp(min=1e-6)  # unit rows: z @ proj ~ N(0, 1) per entry
+        return z @ proj
 
     # ----------------------------------------------------------------------- distributions
     def _model_logp(self, logits: Tensor) -> Tensor:
