@@ -67,8 +67,16 @@ def run_tags(cfg: RunConfig) -> dict[str, str]:
     return {
         "estimator": e.name, "n": na(e.n), "clip_c": na(e.clip_c), "level": na(e.level), "seed": str(cfg.seed),
         "backend": cfg.backend.name, "model": cfg.model.name, "model_kind": cfg.model.kind, "task": cfg.task.name,
-        "spec_sig": cfg.signature, "git_commit": git_commit(),
+        "spec_sig": cfg.signature, "git_commit": git_commit(), "perturbation": perturbation(cfg),
     }
+
+
+def perturbation(cfg: RunConfig) -> str:
+    """The explicit inference perturbations that are on, e.g. ``router=1.0,bias=0.5`` (or ``none``)."""
+    i = cfg.inference
+    on = [(k, v) for k, v, off in (("router", i.router_noise_sigma, 0.0), ("logit", i.logit_noise_sigma, 0.0),
+                                  ("bias", i.bias_delta, 1.0)) if v != off]
+    return ",".join(f"{k}={v:g}" for k, v in on) or "none"
 
 
 def flat(d: dict, prefix: str = "") -> dict[str, object]:

@@ -12,7 +12,7 @@ from harness.config import load
 
 @pytest.fixture(scope="module")
 def setup():
-    cfg = load(["model=moe_tiny"])
+    cfg = load(["model=moe_tiny", "inference.router_noise_sigma=0"])  # the natural engine, no knob
     policy = build_policy(cfg.model, seed=0)
     task = Task(cfg.task)
     prompts, _ = task.sample(32, torch.Generator().manual_seed(0))
@@ -117,7 +117,7 @@ def test_perturbation_knobs_change_the_inference_distribution(setup):
 
 
 def test_tasks_reward_partial_and_exact():
-    task = Task(load(["task=addition"]).task)
+    task = Task(load(["task=addition"]).task)  # noqa: E501
     prompts, answers = task.sample(4, torch.Generator().manual_seed(0))
     assert prompts.shape == (4, task.prompt_len) and answers.shape == (4, task.answer_len)
     a = prompts[:, 1:4] @ torch.tensor([100, 10, 1])

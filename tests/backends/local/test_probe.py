@@ -9,11 +9,12 @@ from harness.config import load
 
 
 def test_probe_measures_noise_per_engine():
-    moe = probe(load([]), n=4, sequences=32)
+    moe = probe(load(["inference.router_noise_sigma=0"]), n=4, sequences=32)
     assert moe.var_train == 0.0 and moe.var_rollout > 0.0 and moe.diff > 0.0
     noisy = probe(load(["inference.router_noise_sigma=0.3"]), n=4, sequences=32)
+    assert probe(load([]), n=4, sequences=32).var_rollout > noisy.var_rollout  # the default: sigma 1.0
     assert noisy.var_rollout > 10 * moe.var_rollout
-    det = probe(load(["inference.deterministic=true"]), n=4, sequences=32)
+    det = probe(load(["inference.deterministic=true"]), n=4, sequences=32)  # noise frozen, not removed
     assert det.var_rollout == 0.0 and det.diff > 0.0  # no noise, but still a train-inference mismatch
 
 
