@@ -179,11 +179,12 @@ def submit(spec, tasks: list[Checkpointable], names: list[str] | None = None) ->
                         "eval \"$(bash slurm/start.sh)\"")
             raise SubmissionError(f"sbatch failed: {out}{hint}") from None
         return [j.job_id for j in jobs]
-    # local: `array_parallelism` worker processes, each running its share of the tasks in order
+    # local: `array_parallelism` worker processes (at most one per core: each run uses one thread),
+    # each running its share of the tasks in order
     ex = submitit.LocalExecutor(folder=folder, max_num_timeout=lc.max_requeues)
     ex.update_parameters(timeout_min=lc.time_min, gpus_per_node=lc.gpus_per_node,
                          signal_delay_s=min(lc.signal_delay_s, lc.time_min * 30), setup=_setup_lines(lc))
-    n = min(lc.array_parallelism, len(tasks))
+    n = max(1, min(lc.array_parallelism, len(tasks), os.cpu_count() or 1))
     ids = [""] * len(tasks)
     for w in range(n):
         idx = list(range(w, len(tasks), n))
