@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from harness.backends.local.probe import KWAIKAT, probe
-    from harness.run import run_tags
+    from harness.run import perturbation, run_tags
     from harness.tracking import Tracker
 
     torch.set_num_threads(cfgs[0].backend.threads)
@@ -60,10 +60,8 @@ def main(argv: list[str] | None = None) -> int:
                              "probe/var_train": res.var_train})
         tracker.finish()
         rows.append(res)
-    perturb = {k: v for k, v in cfgs[0].inference.__dict__.items()
-               if k in ("router_noise_sigma", "logit_noise_sigma", "bias_delta") and v not in (0.0, 1.0)}
     print(f"noise probe ({opts['--passes']} passes, {rows[0].tokens} response tokens, inference "
-          f"{cfgs[0].inference.dtype}, perturbations: {perturb or 'none'})")
+          f"{cfgs[0].inference.dtype}, perturbations: {perturbation(cfgs[0])})")
     print("| model | kind | diff | var_rollout | var_train | KwaiKAT diff / var_rollout / var_train |")
     print("|---|---|---|---|---|---|")
     for r in rows:
