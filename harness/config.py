@@ -335,10 +335,8 @@ def compose(overrides: list[str], config_name: str = "config", config_dir: Path 
             cfg = hydra_compose(config_name=config_name, overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as exc:
         msg = str(exc).splitlines()[0]
-        key = getattr(exc, "full_key", None) or (overrides[0].split("=")[0] if overrides else "spec")
-        for ov in overrides:  # name the override Hydra choked on
-            if ov.split("=")[0].lstrip("+~") in msg:
-                key = ov.split("=")[0].lstrip("+~")
+        named = [k for k in (ov.split("=")[0].lstrip("+~") for ov in overrides) if f"'{k}'" in msg or k in msg]
+        key = getattr(exc, "full_key", None) or max(named, key=len, default=None) or "spec"  # the most specific
         raise ConfigError(str(key), msg) from None
     return OmegaConf.to_container(cfg, resolve=True)
 

@@ -39,7 +39,7 @@ import sys
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import yaml
 
@@ -579,9 +579,24 @@ def split_args(argv: list[str], flags: tuple[str, ...], usage: str) -> tuple[str
     return pos[0], pos[1:], opts
 
 
+def cli(body: Callable[[], int]) -> int:
+    """Run a launch command: an invalid spec exits 2, a failed submission 1, each with one line."""
+    from harness.launch.executors import SubmissionError
+
+    try:
+        return body()
+    except SweepError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except SubmissionError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
+
+    def body() -> int:
         path, overrides, opts = split_args(argv, ("--rerun", "--dry-run", "--wait"), USAGE)
         spec = load_spec(path, overrides)
         if spec.tune is not None:
@@ -589,14 +604,6 @@ def main(argv: list[str] | None = None) -> int:
         decisions = submit_sweep(spec, rerun="--rerun" in opts, dry_run="--dry-run" in opts)
         if "--wait" in opts and "--dry-run" not in opts:
             return 1 if wait_for(spec, decisions) else 0
-    except SweepError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # noqa: BLE001
-        from harness.launch.executors import SubmissionError
+        return 0
 
-        if isinstance(exc, SubmissionError):
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        raise
-    return 0
+    return cli(body)

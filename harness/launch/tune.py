@@ -46,6 +46,7 @@ from harness.launch.sweep import (
     SweepError,
     SweepSpec,
     build_run,
+    cli,
     hydra_value,
     load_spec,
     prepare_tracking,
@@ -589,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
             print("error: --timeout needs a number of seconds", file=sys.stderr)
             return 2
         del argv[i:i + 2]
-    try:
+    def body() -> int:
         path, overrides, opts = split_args(argv, ("--no-wait", "--report"), USAGE)
         spec = load_spec(path, overrides)
         if spec.tune is None:
@@ -602,14 +603,6 @@ def main(argv: list[str] | None = None) -> int:
             res = run_tune(spec, wait="--no-wait" not in opts, timeout=timeout)
             if res is None and "--no-wait" in opts:
                 return 0
-    except SweepError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # noqa: BLE001
-        from harness.launch.executors import SubmissionError
+        return 0 if res and res.get("best") else 1
 
-        if isinstance(exc, SubmissionError):
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        raise
-    return 0 if res and res.get("best") else 1
+    return cli(body)
