@@ -280,12 +280,14 @@ def _probes_frame(probes: list) -> pd.DataFrame:
     for run in probes:
         tags, values = run.data.tags, run.data.metrics
         row = {"run_id": run.info.run_id, "model_kind": tag_text(tags.get("model_kind")) or "?",
-               "model": tag_text(tags.get("model")), "seed": tag_text(tags.get("seed"))}
+               "model": tag_text(tags.get("model")), "model_shape": tag_text(tags.get("model_shape")) or "",
+               "perturbation": tag_text(tags.get("perturbation")) or "none", "seed": tag_text(tags.get("seed"))}
         for m in PROBE_METRICS:
             v = values.get(m)
             row[m] = float(finite_values(np.array([v]))[0]) if v is not None else math.nan
         rows.append(row)
-    return pd.DataFrame(rows, columns=["run_id", "model_kind", "model", "seed", *PROBE_METRICS])
+    return pd.DataFrame(rows, columns=["run_id", "model_kind", "model", "model_shape", "perturbation", "seed",
+                                       *PROBE_METRICS])
 
 
 BULK_CHUNK = 200  # run ids per bulk query (well under SQLite's bound-parameter limit)

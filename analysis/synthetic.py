@@ -106,7 +106,7 @@ def log_runs(tracking_uri: str, experiment: str, runs: Iterable[SyntheticRun],
 
 
 def log_probe_run(tracking_uri: str, experiment: str, model_kind: str, diff: float, var_rollout: float,
-                  var_train: float, seed: int = 0) -> str:
+                  var_train: float, seed: int = 0, perturbation: str = "none", layers: int = 2) -> str:
     """A noise-probe run (tag ``probe=1``) with its three metrics."""
     from mlflow.tracking import MlflowClient
 
@@ -115,7 +115,8 @@ def log_probe_run(tracking_uri: str, experiment: str, model_kind: str, diff: flo
     exp_id = exp.experiment_id if exp else client.create_experiment(experiment)
     run = client.create_run(exp_id, run_name=f"probe-{model_kind}", tags={
         "probe": "1", "model_kind": model_kind, "model": f"{model_kind}_tiny", "seed": str(seed),
-        "estimator": "na", "backend": "local", "task": "sort"})
+        "estimator": "na", "backend": "local", "task": "sort", "perturbation": perturbation,
+        "model_shape": f"L{layers}-E8-k4-d64" if model_kind == "moe" else f"L{layers}-ff256-d64"})
     for key, value in (("probe/diff", diff), ("probe/var_rollout", var_rollout), ("probe/var_train", var_train)):
         client.log_metric(run.info.run_id, key, value, step=0)
     client.set_terminated(run.info.run_id)

@@ -7,7 +7,7 @@
 - ``runs``: every measure of every run (the data behind everything else).
 - ``poi``: probability of improvement P(row > column) of the final reward between groups.
 - ``sweep_<x>``: the groups that differ only in knob x (n or clip_c), one row per value.
-- ``noise_probe``: probe runs (``probe=1``) by ``model_kind`` beside the KwaiKAT numbers.
+- ``noise_probe``: probe runs (``probe=1``) by model, shape and perturbation beside the KwaiKAT numbers.
 
 The CSV holds numbers (point, lo, hi in separate columns); markdown and LaTeX hold formatted cells.
 """
@@ -236,24 +236,39 @@ def sweep_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig, x:
 
 
 def noise_probe_table(exp: Experiment, cfg: AnalysisConfig) -> Table | None:
+    """One row per (model, shape, perturbation) of the probe runs, beside KwaiKAT's row of the same kind.
+
+    ``var_rollout / dense``: the MoE's var_rollout over the dense twin's (same perturbation, same depth);
+    KwaiKAT's is 100.
+    """
     p = exp.probes
     if p is None or p.empty:
         return None
+    p = p.assign(layers=p["model_shape"].str.extract(r"^(L\d+)", expand=False).fillna(""))
+    keys = ["perturbation", "layers", "model_kind", "model", "model_shape"]
+    order = lambda k: (k[0] != "none", k[0], k[1], k[2] not in ("dense", "moe"), k[2] != "dense", k[3], k[4])  # noqa: E731
+    groups = sorted(((k, g) for k, g in p.groupby(keys, dropna=False)), key=lambda kg: order(kg[0]))
+    absent = [k for k in KWAIKAT_PROBE if k not in set(p["model_kind"])]
+    means = {k: {m: float(g[m].mean()) if g[m].notna().any() else math.nan for m in PROBE_METRICS} for k, g in groups}
     rows, data = [], []
-    kinds = sorted(set(p["model_kind"]) | set(KWAIKAT_PROBE), key=lambda k: (k not in ("dense", "moe"), k))
-    for kind in kinds:
-        g = p[p["model_kind"] == kind]
+    for (pert, layers, kind, model, shape), g in groups + [(("", "", k, "", ""), p.iloc[:0]) for k in absent]:
         ref = KWAIKAT_PROBE.get(kind.lower(), {})
-        ours = {m: float(g[m].mean()) if len(g) and g[m].notna().any() else math.nan for m in PROBE_METRICS}
+        ours = means.get((pert, layers, kind, model, shape), dict.fromkeys(PROBE_METRICS, math.nan))
+        dense = [v for (pp, ll, kk, _, _), v in means.items() if (pp, ll, kk) == (pert, layers, "dense")]
+        ratio = ours["probe/var_rollout"] / dense[0]["probe/var_rollout"] if kind == "moe" and dense else math.nan
         rows.append({
-            "model": kind, "probe runs": len(g),
+            "model": model or kind, "shape": shape or "-", "perturbation": pert or "-", "probe runs": len(g),
             **{f"{m.split('/')[1]} (ours)": fmt_sci(ours[m]) for m in PROBE_METRICS},
+            "var_rollout / dense": fmt_sci(ratio),
             **{f"{m.split('/')[1]} (KwaiKAT)": fmt_sci(ref.get(m, math.nan)) for m in PROBE_METRICS},
         })
-        data.append({"model_kind": kind, "probe_runs": len(g), **{f"{m}": ours[m] for m in PROBE_METRICS},
+        data.append({"model_kind": kind, "model": model, "model_shape": shape, "perturbation": pert,
+                     "probe_runs": len(g), **{f"{m}": ours[m] for m in PROBE_METRICS}, "var_rollout_over_dense": ratio,
                      **{f"kwaikat_{m}": ref.get(m, math.nan) for m in PROBE_METRICS}})
     t = Table("noise_probe", "Noise probe: MoE vs dense beside the KwaiKAT numbers", pd.DataFrame(rows),
               pd.DataFrame(data), cfg.describe(), short_footer=cfg.describe_short())
     t.notes.append("diff = mean |logp_train - logp_inf| per token; var_rollout / var_train = variance of the token "
-                   "log-prob over repeated inference / training passes; ours = mean over probe runs of their latest value.")
+                   "log-prob over repeated inference / training passes; ours = mean over probe runs of their latest value; "
+                   "var_rollout / dense = the MoE's over its dense twin's at the same depth and perturbation "
+                   "(KwaiKAT: 1e-3 / 1e-5 = 100).")
     return t

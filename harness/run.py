@@ -68,7 +68,16 @@ def run_tags(cfg: RunConfig) -> dict[str, str]:
         "estimator": e.name, "n": na(e.n), "clip_c": na(e.clip_c), "level": na(e.level), "seed": str(cfg.seed),
         "backend": cfg.backend.name, "model": cfg.model.name, "model_kind": cfg.model.kind, "task": cfg.task.name,
         "spec_sig": cfg.signature, "git_commit": git_commit(), "perturbation": perturbation(cfg),
+        "model_shape": model_shape(cfg),
     }
+
+
+def model_shape(cfg: RunConfig) -> str:
+    """The policy's shape in one word, e.g. ``L2-E8-k4-d64`` (MoE) or ``L2-ff256-d64`` (dense)."""
+    m = cfg.model
+    if m.kind == "moe":
+        return f"L{m.n_layers}-E{m.n_experts}-k{m.top_k}-d{m.d_model}"
+    return f"L{m.n_layers}-ff{m.d_ff or m.top_k * m.d_expert}-d{m.d_model}"
 
 
 def perturbation(cfg: RunConfig) -> str:

@@ -70,6 +70,10 @@ def store(empty_db, tmp_path_factory) -> Store:
     ], artifact_location=art)
     # probe runs only
     log_probe_run(uri, "probes_only", "moe", 0.008, 1e-3, 1e-7)
+    # probes of one MoE/dense pair under two perturbations and at two depths: one row each
+    for pert, layers, moe_var in (("none", 2, 2e-5), ("router=1", 2, 1e-2), ("none", 8, 4e-4)):
+        log_probe_run(uri, "probe_arms", "moe", 0.01, moe_var, 0.0, perturbation=pert, layers=layers)
+        log_probe_run(uri, "probe_arms", "dense", 0.004, 1e-5, 0.0, perturbation=pert, layers=layers)
     return Store(uri, root)
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from analysis.config import AnalysisConfig
 from analysis.load import load_experiment
@@ -39,3 +40,16 @@ def test_summary_and_probe_tables(store, fast_cfg):
     d = p.data.set_index("model_kind")
     assert d.loc["moe", "kwaikat_probe/diff"] == KWAIKAT_PROBE["moe"]["probe/diff"] == 0.008
     assert d.loc["dense", "probe/var_rollout"] == 1e-5 and d.loc["moe", "probe_runs"] == 1
+
+
+def test_probe_table_splits_perturbations_and_depths(store, fast_cfg):
+    """Probe runs of the same model under other perturbations or depths are rows of their own, each MoE row
+    divided by the dense twin of its own perturbation and depth."""
+    d = noise_probe_table(load_experiment("probe_arms", store.uri), fast_cfg).data
+    assert len(d) == 6 and (d["probe_runs"] == 1).all()
+    moe = d[d["model_kind"] == "moe"].set_index(["perturbation", "model_shape"])["var_rollout_over_dense"]
+    assert moe.loc[("none", "L2-E8-k4-d64")] == pytest.approx(2.0)
+    assert moe.loc[("router=1", "L2-E8-k4-d64")] == pytest.approx(1e3)
+    assert moe.loc[("none", "L8-E8-k4-d64")] == pytest.approx(40.0)
+    assert list(d["perturbation"])[:2] == ["none", "none"]  # the unperturbed rows first
+    assert d[d["model_kind"] == "dense"]["var_rollout_over_dense"].isna().all()
