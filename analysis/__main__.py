@@ -1,4 +1,4 @@
-"""Command line: ``python -m analysis {report,compare,list,params} ...``.
+"""Command line: ``python -m analysis {report,compare,list,params,readme} ...``.
 
 Exit status: 0 success, 2 a problem the user can fix (unknown experiment or group, bad option), 1 an
 unexpected error. Heavy modules (mlflow, matplotlib, pandas) are imported only once a command runs,
@@ -15,6 +15,7 @@ EPILOG = """examples:
   python -m analysis compare --experiment ablation --a mean_n --b tis
   python -m analysis list
   python -m analysis params            # the pre-registered definitions and their defaults
+  python -m analysis readme README.md  # refill the README's generated tables from docs/results/
 """
 
 
@@ -51,6 +52,9 @@ def parser() -> argparse.ArgumentParser:
     lp.add_argument("--tracking-uri", default=None)
     lp.add_argument("--experiment", "-e", default=None, help="list this experiment's groups")
     sub.add_parser("params", help="print the analysis parameters and definitions")
+    mp = sub.add_parser("readme", help="refill a Markdown file's `<!-- generated: TABLE.md -->` blocks from report tables")
+    mp.add_argument("file", nargs="?", default="README.md")
+    mp.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block is stale")
     return ap
 
 
@@ -110,16 +114,24 @@ def cmd_params(args) -> int:
     return 0
 
 
+def cmd_readme(args) -> int:
+    from .readme import main as readme
+
+    return readme(args.file, check=args.check)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    handler = {"report": cmd_report, "compare": cmd_compare, "list": cmd_list, "params": cmd_params}[args.command]
+    handler = {"report": cmd_report, "compare": cmd_compare, "list": cmd_list, "params": cmd_params,
+               "readme": cmd_readme}[args.command]
     try:
         return handler(args)
     except Exception as exc:  # noqa: BLE001
         from .config import ConfigError
         from .load import AnalysisError
+        from .readme import ReadmeError
 
-        if isinstance(exc, (AnalysisError, ConfigError)):
+        if isinstance(exc, (AnalysisError, ConfigError, ReadmeError)):
             print(f"error: {exc}", file=sys.stderr)
             return 2
         raise

@@ -1,0 +1,42 @@
+"""`python -m analysis readme`: generated blocks are refilled from report tables, prose is left alone."""
+from __future__ import annotations
+
+import pytest
+
+from analysis.__main__ import main
+from analysis.readme import ReadmeError, refresh
+
+TABLE = "# Summary\n\n| group | final |\n|---|---:|\n| mean_n | 0.71 |\n\n<sub>Note: footer</sub>\n"
+DOC = ("# Results\n\nProse before.\n\n<!-- generated: r/summary.md -->\n| stale |\n<!-- /generated -->\n\n"
+       "Prose after.\n")
+
+
+def test_refresh_replaces_only_the_block(tmp_path):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "summary.md").write_text(TABLE)
+    new, changed = refresh(DOC, tmp_path)
+    assert changed == ["r/summary.md"]
+    assert "| group | final |\n|---|---:|\n| mean_n | 0.71 |\n<!-- /generated -->" in new
+    assert "| stale |" not in new and "Note: footer" not in new and "# Summary" not in new
+    assert new.startswith("# Results\n\nProse before.") and new.endswith("Prose after.\n")
+    assert refresh(new, tmp_path) == (new, [])  # idempotent
+
+
+def test_cli_check_flags_stale_blocks_and_writes_nothing(tmp_path, capsys):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "summary.md").write_text(TABLE)
+    doc = tmp_path / "README.md"
+    doc.write_text(DOC)
+    assert main(["readme", str(doc), "--check"]) == 1 and doc.read_text() == DOC
+    assert "stale: r/summary.md" in capsys.readouterr().out
+    assert main(["readme", str(doc)]) == 0 and "| mean_n | 0.71 |" in doc.read_text()
+    assert main(["readme", str(doc), "--check"]) == 0
+
+
+def test_missing_table_is_a_clear_error(tmp_path, capsys):
+    doc = tmp_path / "README.md"
+    doc.write_text(DOC)
+    with pytest.raises(ReadmeError, match="r/summary.md: no such table"):
+        refresh(DOC, tmp_path)
+    assert main(["readme", str(doc)]) == 2 and doc.read_text() == DOC
+    assert "error:" in capsys.readouterr().err
