@@ -1,7 +1,7 @@
 # The two commands of the README. Both install into .venv first (scripts/install.sh).
 PY := .venv/bin/python
 
-.PHONY: install install-test demo test probe bench clean
+.PHONY: install install-test demo test probe bench results clean
 
 install:
 	bash scripts/install.sh
@@ -18,6 +18,25 @@ test: install-test
 
 probe: install
 	$(PY) -m harness.probe
+
+# The README's "Results" (issue 6), regenerated end to end: the noise probes, the three sweeps (runs
+# already finished are skipped), the reports under docs/results/, then the README's generated tables.
+# About 75 min on 2 cores; each sweep also runs on Slurm with launcher=slurm.
+PROBE := $(PY) -m harness.probe tracking.experiment=noise_probe
+results: install
+	$(PROBE)
+	$(PROBE) inference.router_noise_sigma=0
+	$(PROBE) inference.router_noise_sigma=0 model.n_layers=4
+	$(PROBE) inference.router_noise_sigma=0 model.n_layers=8
+	$(PY) -m harness.sweep sweeps/ablation.yaml launcher=local --wait
+	$(PY) -m harness.sweep sweeps/n_sweep.yaml launcher=local --wait
+	$(PY) -m harness.sweep sweeps/noise_bias.yaml launcher=local --wait
+	$(PY) -m analysis report --experiment noise_probe --out docs/results/noise_probe
+	$(PY) -m analysis report --experiment ablation --x n --out docs/results/ablation
+	$(PY) -m analysis report --experiment noise_bias --group-by perturbation --out docs/results/noise_bias
+	$(PY) scripts/equal_kl.py --sigmas 0.5 --deltas 0.7,0.3 > docs/results/noise_bias/equal_kl.txt
+	$(PY) scripts/equal_kl.py --sigmas "" --deltas "" inference.router_noise_sigma=1.0 >> docs/results/noise_bias/equal_kl.txt
+	$(PY) -m analysis readme README.md
 
 bench: install-test
 	$(PY) benchmarks/rollout_speed.py

@@ -141,7 +141,7 @@ class RunConfig:
     diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     verl: VerlConfig = field(default_factory=VerlConfig)  # only read by backend=verl
-    out_dir: Optional[str] = None  # null = runs/<signature>
+    out_dir: Optional[str] = None  # null = runs/<tracking.experiment>/<signature>
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -156,7 +156,9 @@ class RunConfig:
 
     @property
     def run_dir(self) -> Path:
-        return Path(self.out_dir) if self.out_dir else ROOT / "runs" / self.signature
+        """``out_dir``, or ``runs/<experiment>/<signature>``: the same spec logged to two MLflow experiments is
+        two runs (each experiment holds all of its runs), the same spec in one experiment is one run."""
+        return Path(self.out_dir) if self.out_dir else ROOT / "runs" / self.tracking.experiment / self.signature
 
 
 def signature(spec: dict[str, Any], length: int = 10) -> str:

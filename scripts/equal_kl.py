@@ -5,7 +5,8 @@
 On the warm-started default policy and a fixed batch, prints the mean per-position
 KL(p_inference || p_train) of the inference engine with (a) output-logit noise of scale sigma
 (fresh per call: unbiased in logit space) and (b) the bias knob (probabilities of tokens below
-``bias_threshold`` scaled by delta), both on the natural engine (router noise 0). Pick the delta
+``bias_threshold`` scaled by delta), both on the natural engine (router noise 0; any override,
+e.g. ``inference.router_noise_sigma=1.0``, changes the engine they start from). Pick the delta
 whose KL equals a sigma's: that pair is the noise-vs-bias contrast of equal KL.
 """
 from __future__ import annotations
@@ -47,10 +48,12 @@ def main() -> None:
     prompts, _ = task.sample(256, torch.Generator().manual_seed(0))
     tokens = InferenceEngine(policy, cfg.inference, cfg.seed).generate(prompts, task.answer_len).tokens
     with_ = lambda **kw: dataclasses.replace(cfg, inference=dataclasses.replace(cfg.inference, **kw))  # noqa: E731
-    print(f"natural engine: KL = {mean_kl(cfg, policy, tokens, task.prompt_len):.2e}")
-    for s in map(float, args.sigmas.split(",")):
+    from harness.run import perturbation
+
+    print(f"engine with perturbations: {perturbation(cfg)}: KL = {mean_kl(cfg, policy, tokens, task.prompt_len):.2e}")
+    for s in [float(v) for v in args.sigmas.split(",") if v]:
         print(f"logit_noise_sigma={s:<5g} KL = {mean_kl(with_(logit_noise_sigma=s), policy, tokens, task.prompt_len):.2e}")
-    for d in map(float, args.deltas.split(",")):
+    for d in [float(v) for v in args.deltas.split(",") if v]:
         print(f"bias_delta={d:<5g} (threshold {cfg.inference.bias_threshold}) KL = "
               f"{mean_kl(with_(bias_delta=d), policy, tokens, task.prompt_len):.2e}")
 

@@ -14,7 +14,7 @@ A sweep spec (``sweeps/*.yaml``)::
       - {estimator: tis, estimator.level: token}
       - {estimator: tis, estimator.level: sequence}
     seeds: [0, 1, 2, 3, 4]         # default: the config's seed
-    runs_dir: null                 # run folders: <runs_dir>/<signature> (default <project>/runs)
+    runs_dir: null                 # run folders: <runs_dir>/<experiment>/<signature> (default <project>/runs)
     sweep_dir: null                # jobs.json, submitit logs, Optuna journal (default <runs_dir>/sweeps/<name>)
     launcher: {name: slurm, partition: gpu, time_min: 120, cpus_per_task: 1, mem_gb: 4,
                gpus_per_node: 0, nodes: 1, array_parallelism: 16, checkpoint_every: 10,
@@ -345,7 +345,7 @@ def build_run(spec: SweepSpec, overrides: list[str], name: str = "") -> RunConfi
     data["tracking"]["run_name"] = name or None
     data["out_dir"] = None
     cfg = build(data)
-    cfg.out_dir = str(spec.runs_dir / cfg.signature)  # not an identity key: the signature is unchanged
+    cfg.out_dir = str(spec.runs_dir / spec.experiment / cfg.signature)  # not an identity key
     return cfg
 
 

@@ -213,6 +213,6 @@ def test_preempted_run_resumes_to_the_uninterrupted_curve(slurm_cluster, store, 
         assert sorted(ha) == sorted(hb), f"{key}: the resumed curve differs from the uninterrupted one"
         compared += 1
     assert compared >= 10
-    sa = json.loads((ref.runs_dir / sig / "summary.json").read_text())
+    sa = json.loads((ref.runs_dir / ref.experiment / sig / "summary.json").read_text())
     sb = json.loads((run_dir / "summary.json").read_text())
     assert (sa["final_reward"], sa["peak_reward"], sa["steps_done"]) == (sb["final_reward"], sb["peak_reward"], 100)

@@ -22,6 +22,16 @@ def runs_of(name: str, *overrides: str):
     return validate(load_spec(SWEEPS / f"{name}.yaml", list(overrides)))
 
 
+def test_same_spec_in_two_experiments_is_two_runs():
+    """noise_bias's router-noise arm is the ablation's run spec: same signature, a folder of its own, so a
+    finished ablation run does not make the noise_bias sweep skip it (its experiment would lack the arm)."""
+    abl = {r.signature: r for r in runs_of("ablation")}
+    shared = [r for r in runs_of("noise_bias") if r.signature in abl]
+    assert len(shared) == 20  # rollout/recompute/tis/mean_n x 5 seeds under router noise 1.0
+    assert all(r.cfg.run_dir != abl[r.signature].cfg.run_dir for r in shared)
+    assert all(r.cfg.run_dir.parent.name == "noise_bias" for r in shared)
+
+
 def test_ablation_is_every_estimator_times_five_seeds():
     runs = runs_of("ablation")
     assert len(runs) == 45
@@ -29,7 +39,7 @@ def test_ablation_is_every_estimator_times_five_seeds():
     assert {r.cfg.seed for r in runs} == {0, 1, 2, 3, 4}
     assert len({r.signature for r in runs}) == 45
     assert all(r.cfg.tracking.experiment == "ablation" for r in runs)
-    assert all(r.cfg.run_dir == ROOT / "runs" / r.signature for r in runs)
+    assert all(r.cfg.run_dir == ROOT / "runs" / "ablation" / r.signature for r in runs)
     assert all(r.cfg.trainer.checkpoint_every == 10 for r in runs)
 
 
