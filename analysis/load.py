@@ -230,7 +230,7 @@ def load_experiment(
 
 RUN_COLUMNS = (
     "run_id", "run_name", "status", "label", "estimator", "n", "clip_c", "level", "seed", "model", "model_kind",
-    "task", "backend", "spec_sig", "git_commit", "start_time",
+    "task", "backend", "perturbation", "spec_sig", "git_commit", "start_time",
 )
 
 
@@ -261,6 +261,7 @@ def _runs_frame(training: list, group_by: Sequence[str]) -> pd.DataFrame:
             "model_kind": tag_text(tags.get("model_kind")),
             "task": tag_text(tags.get("task")),
             "backend": tag_text(tags.get("backend")),
+            "perturbation": (tags.get("perturbation") or "").strip(),  # "none" stays "none": it is the control arm
             "spec_sig": tag_text(tags.get("spec_sig")),
             "git_commit": tag_text(tags.get("git_commit")),
             "start_time": run.info.start_time,
@@ -268,7 +269,7 @@ def _runs_frame(training: list, group_by: Sequence[str]) -> pd.DataFrame:
                              tag_number(tags.get("clip_c")), level, suffix),
         }
         for t in group_by:
-            row[t] = tag_text(tags.get(t))
+            row.setdefault(t, tag_text(tags.get(t)))
         rows.append(row)
     rows.sort(key=lambda r: (r["_key"], r["seed"], r["start_time"] or 0))
     frame = pd.DataFrame(rows).drop(columns="_key")

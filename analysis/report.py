@@ -23,7 +23,7 @@ import pandas as pd
 from .config import AnalysisConfig, ConfigError
 from .load import SUMMARY_TAG, Experiment, load_experiment
 from .measures import measure_experiment
-from .tables import Table, noise_probe_table, poi_table, runs_table, summary_table, sweep_table
+from .tables import Table, marginal_table, noise_probe_table, poi_table, runs_table, summary_table, sweep_table
 
 SWEEP_FIGURE = {"n": "n_sweep", "clip_c": "tis_sensitivity"}
 FIGURE_TITLES = {
@@ -86,6 +86,10 @@ def build_report(
     if len(measures):
         tables["summary"] = summary_table(exp, measures, cfg)
         tables["runs"] = runs_table(exp, measures, cfg)
+        for tag in group_by:
+            by = marginal_table(exp, measures, cfg, tag)
+            if by is not None:
+                tables[by.name] = by
         poi = poi_table(exp, measures, cfg)
         if poi is not None:
             tables["poi"] = poi
@@ -153,7 +157,7 @@ def _overview(exp: Experiment) -> list[str]:
         if commits:
             lines.append(f"- git commits: {', '.join(f'`{c[:12]}`' for c in commits[:5])}"
                          + (f" (+{len(commits) - 5} more)" if len(commits) > 5 else ""))
-        for col in ("model", "task", "backend"):
+        for col in ("model", "task", "backend", "perturbation"):
             vals = sorted(set(runs[col]) - {""})
             if vals:
                 lines.append(f"- {col}: {', '.join(vals)}")
@@ -172,6 +176,8 @@ def render_markdown(exp: Experiment, result: ReportResult, cfg: AnalysisConfig, 
     md += ["## Summary", ""]
     md += [t["summary"].markdown(short=True), ""] if "summary" in t else [f"> Not available: {result.skipped.get('summary')}", ""]
     md += ["Files: `summary.md`, `summary.csv`, `summary.tex`; per run: `runs.md`, `runs.csv`, `runs.tex`.", ""]
+    for name in [n for n in t if n.startswith("by_")]:
+        md += [f"## {t[name].title}", "", t[name].markdown(short=True), "", f"Files: `{name}.md|csv|tex`.", ""]
 
     from .figures import FIGURES
 
@@ -205,7 +211,8 @@ def render_markdown(exp: Experiment, result: ReportResult, cfg: AnalysisConfig, 
 def terminal_text(exp: Experiment, result: ReportResult) -> str:
     parts = [f"# {exp.name}: {len(exp.runs)} training runs, {exp.runs['label'].nunique() if len(exp.runs) else 0} groups"]
     parts += [f"note: {n}" for n in result.notes]
-    for name in ("summary", "sweep_n", "sweep_clip_c", "noise_probe", "poi"):
+    for name in ("summary", *[n for n in result.tables if n.startswith("by_")], "sweep_n", "sweep_clip_c",
+                 "noise_probe", "poi"):
         if name in result.tables:
             parts.append(result.tables[name].terminal())
     for name, why in result.skipped.items():

@@ -129,8 +129,18 @@ def _interval_cols(prefix: str, iv: Interval) -> dict:
     return {f"{prefix}": iv.point, f"{prefix}_lo": iv.lo, f"{prefix}_hi": iv.hi}
 
 
+def _perturbations(exp: Experiment, label: str) -> str:
+    """The explicit inference perturbations of a group's runs (tag ``perturbation``), e.g. ``router=1``."""
+    if "perturbation" not in exp.runs:
+        return ""
+    vals = sorted(set(exp.runs.loc[exp.runs["label"] == label, "perturbation"].fillna("")) - {""})
+    return ", ".join(vals)
+
+
 def summary_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig) -> Table:
+    """One row per group; the ``perturbation`` column (when runs carry the tag) names every explicit knob on."""
     rows, data = [], []
+    show_pert = any(_perturbations(exp, label) for label in exp.labels)
     for k, label in enumerate(exp.labels):
         g = measures[measures["label"] == label]
         seed = cfg.seed + k
@@ -152,6 +162,7 @@ def summary_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig) 
         step_time = float(st.mean()) if len(st) else math.nan
         rows.append({
             "group": label,
+            **({"perturbation": _perturbations(exp, label) or "none"} if show_pert else {}),
             "runs": n,
             "final": fin.fmt(),
             "peak": peak.fmt(),
@@ -165,7 +176,7 @@ def summary_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig) 
             "s/step": fmt(step_time, 2),
         })
         data.append({
-            "group": label, "runs": n, "seeds": int(g["seed"].nunique()),
+            "group": label, "perturbation": _perturbations(exp, label), "runs": n, "seeds": int(g["seed"].nunique()),
             **_interval_cols("final_iqm", fin), **_interval_cols("peak_iqm", peak), **_interval_cols("auc_iqm", area),
             "collapsed": k_col, **_interval_cols("collapse_rate", rate),
             "onset_km_median": onset_med, "cp_onset_median": cp_med,
@@ -179,6 +190,40 @@ def summary_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig) 
         t.notes.append("every group has a single seed: confidence intervals need >= 2 seeds per group.")
     target = float(measures["target"].iloc[0]) if len(measures) else math.nan
     t.notes.append(f"convergence target (best group IQM of the final reward) = {fmt(target)}.")
+    return t
+
+
+def marginal_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig, tag: str) -> Table | None:
+    """Pooled over the estimator groups, one row per value of a ``--group-by`` tag (e.g. each perturbation arm).
+
+    Collapse rate with its Wilson interval over all runs of the arm; IQM of the final reward and of
+    the AUC with a bootstrap CI stratified by group (every group keeps its seeds in each resample).
+    """
+    if tag not in exp.runs or len(measures) == 0:
+        return None
+    m = measures.merge(exp.runs[["run_id", tag]], on="run_id", how="left")
+    values = list(dict.fromkeys(m[tag].fillna("")))
+    if len(values) < 2:
+        return None
+    values.sort(key=lambda v: (v not in ("", "none", "na"), v))
+    rows, data = [], []
+    for k, v in enumerate(values):
+        g = m[m[tag].fillna("") == v]
+        strata = [gg.to_numpy(float) for _, gg in g.groupby("label")["final"]]
+        fin = iqm_ci(strata, cfg.bootstrap_reps, cfg.ci, cfg.seed + k)
+        auc = iqm_ci([gg.to_numpy(float) for _, gg in g.groupby("label")["auc"]], cfg.bootstrap_reps, cfg.ci, cfg.seed + k)
+        n, c = len(g), int(g["collapsed"].sum())
+        rate = wilson(c, n, cfg.ci)
+        kl = iqm(g["kl_mean"].dropna().to_numpy(float))
+        rows.append({tag: v or "-", "groups": g["label"].nunique(), "runs": n, "collapsed": f"{c}/{n}",
+                     "collapse rate": rate.fmt(2), "final": fin.fmt(), "AUC": auc.fmt(), "k3 (IQM)": fmt_sci(kl)})
+        data.append({tag: v, "groups": g["label"].nunique(), "runs": n, "collapsed": c,
+                     **_interval_cols("collapse_rate", rate), **_interval_cols("final_iqm", fin),
+                     **_interval_cols("auc_iqm", auc), "kl_iqm": kl})
+    t = Table(f"by_{tag}", f"Pooled over the groups, by {tag}", pd.DataFrame(rows), pd.DataFrame(data),
+              cfg.describe(), short_footer=cfg.describe_short())
+    t.notes.append(f"collapse rate: Wilson {cfg.ci:.0%} interval over all runs of the row; final, AUC: IQM with a "
+                   "bootstrap CI stratified by group.")
     return t
 
 

@@ -68,6 +68,12 @@ def store(empty_db, tmp_path_factory) -> Store:
         SyntheticRun("rollout", s, curve(60, seed=30 + s), extra_tags={"model": m, "model_kind": k})
         for s in range(2) for m, k in (("moe_tiny", "moe"), ("dense_tiny", "dense"))
     ], artifact_location=art)
+    # perturbation arms (group-by perturbation): the bias arm collapses in every run, the control in none
+    log_runs(uri, "arms", [
+        SyntheticRun(e, s, curve(100, drop_at=60 if arm == "bias=0.3" else None, seed=40 + 7 * s + k),
+                     extra_tags={"perturbation": arm})
+        for k, e in enumerate(("rollout", "recompute")) for arm in ("bias=0.3", "none") for s in range(3)
+    ], artifact_location=art)
     # probe runs only
     log_probe_run(uri, "probes_only", "moe", 0.008, 1e-3, 1e-7)
     # probes of one MoE/dense pair under two perturbations and at two depths: one row each

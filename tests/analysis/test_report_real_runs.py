@@ -52,6 +52,9 @@ def test_report_over_real_harness_runs(small_experiment, fast_cfg):
     summary = result.tables["summary"].data.set_index("group")
     assert sorted(summary.index) == sorted(ESTIMATORS)
     assert (summary["runs"] == len(SEEDS)).all() and (summary["seeds"] == len(SEEDS)).all()
+    # the default experiment's explicit perturbation is printed in the table and the report
+    assert (summary["perturbation"] == "router=1").all()
+    assert (result.tables["summary"].frame["perturbation"] == "router=1").all()
     runs = result.tables["runs"].data
     assert (runs["n_steps"] == STEPS).all() and runs["final"].between(0, 1).all()
     drawable = ("reward_vs_step", "kl_vs_step", "survival", "collapse_onset")
@@ -67,3 +70,4 @@ def test_report_over_real_harness_runs(small_experiment, fast_cfg):
     for name in set(FIG_SIZES) - set(drawable):
         assert name in result.skipped and f"![{name}]" not in md
     assert "no probe runs" in md and "the runs are short" in md and result.summary_run_id
+    assert "- perturbation: router=1" in md

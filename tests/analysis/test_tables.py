@@ -7,7 +7,7 @@ import pytest
 from analysis.config import AnalysisConfig
 from analysis.load import load_experiment
 from analysis.measures import measure_experiment
-from analysis.tables import KWAIKAT_PROBE, Table, latex_escape, noise_probe_table, summary_table
+from analysis.tables import KWAIKAT_PROBE, Table, latex_escape, marginal_table, noise_probe_table, summary_table
 
 
 def test_rendering(tmp_path):
@@ -53,3 +53,20 @@ def test_probe_table_splits_perturbations_and_depths(store, fast_cfg):
     assert moe.loc[("none", "L8-E8-k4-d64")] == pytest.approx(40.0)
     assert list(d["perturbation"])[:2] == ["none", "none"]  # the unperturbed rows first
     assert d[d["model_kind"] == "dense"]["var_rollout_over_dense"].isna().all()
+
+
+def test_group_by_perturbation_splits_groups_and_pools_arms(store, fast_cfg):
+    """--group-by perturbation: one group per estimator and arm, the arm printed in the summary, and a
+    table pooled over the estimators per arm (control first) with Wilson and stratified-bootstrap CIs."""
+    exp = load_experiment("arms", store.uri, group_by=["perturbation"])
+    m = measure_experiment(exp, fast_cfg)
+    s = summary_table(exp, m, fast_cfg).data.set_index("group")
+    assert len(s) == 4 and (s["runs"] == 3).all()
+    assert sorted(s["perturbation"]) == ["bias=0.3", "bias=0.3", "none", "none"]
+    by = marginal_table(exp, m, fast_cfg, "perturbation")
+    d = by.data.set_index("perturbation")
+    assert list(d.index) == ["none", "bias=0.3"] and (d["runs"] == 6).all() and (d["groups"] == 2).all()
+    assert d.loc["bias=0.3", "collapsed"] == 6 and d.loc["none", "collapsed"] == 0
+    assert d.loc["none", "collapse_rate_hi"] < d.loc["bias=0.3", "collapse_rate_lo"]  # the CIs separate
+    assert d.loc["bias=0.3", "final_iqm_hi"] < d.loc["none", "final_iqm_lo"]
+    assert marginal_table(load_experiment("demo", store.uri), m, fast_cfg, "perturbation") is None  # no such tag
