@@ -25,6 +25,7 @@ probe: install
 PROBE := $(PY) -m harness.probe tracking.experiment=noise_probe
 results: install
 	$(PROBE)
+	$(PROBE) inference.router_noise_sigma=0.1
 	$(PROBE) inference.router_noise_sigma=0
 	$(PROBE) inference.router_noise_sigma=0 model.n_layers=4
 	$(PROBE) inference.router_noise_sigma=0 model.n_layers=8
