@@ -15,7 +15,7 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
-from harness.launch.sweep import SUMMARY_FILE, JobsDB, SweepError, SweepSpec, load_spec, split_args, validate
+from harness.launch.sweep import SUMMARY_FILE, JobsDB, SweepSpec, cli, load_spec, split_args, validate
 
 USAGE = """usage: python -m harness.status SPEC.yaml [OVERRIDE ...] [--json]
 
@@ -140,7 +140,8 @@ def print_status(spec: SweepSpec, rows: list[RunStatus], out=None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
+
+    def body() -> int:
         path, overrides, opts = split_args(argv, ("--json",), USAGE)
         spec = load_spec(path, overrides)
         if spec.tune is not None:
@@ -149,12 +150,11 @@ def main(argv: list[str] | None = None) -> int:
             report(spec, plots=False, as_json="--json" in opts)
             return 0
         rows = sweep_status(spec)
-    except SweepError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if "--json" in opts:
-        for s in rows:
-            print(json.dumps(asdict(s)))
-    else:
-        print_status(spec, rows)
-    return 0
+        if "--json" in opts:
+            for s in rows:
+                print(json.dumps(asdict(s)))
+        else:
+            print_status(spec, rows)
+        return 0
+
+    return cli(body)

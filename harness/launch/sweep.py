@@ -580,11 +580,17 @@ def split_args(argv: list[str], flags: tuple[str, ...], usage: str) -> tuple[str
 
 
 def cli(body: Callable[[], int]) -> int:
-    """Run a launch command: an invalid spec exits 2, a failed submission 1, each with one line."""
+    """Run a launch command: an invalid spec exits 2, a failed submission 1, each with one line; a reader
+    that stops early (``| head``) ends the command quietly, as Unix tools do."""
     from harness.launch.executors import SubmissionError
 
     try:
-        return body()
+        code = body()
+        sys.stdout.flush()  # inside the try: a closed pipe surfaces here, not as a traceback at exit
+        return code
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        return 1
     except SweepError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

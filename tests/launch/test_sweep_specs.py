@@ -228,3 +228,15 @@ def test_slurm_tests_skip_with_the_reason_when_tools_are_absent(tmp_path):
                         "-p", "no:cacheprovider"], capture_output=True, text=True, cwd=ROOT, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "1 skipped" in r.stdout and "no Slurm: Slurm tools absent" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("module", ["harness.sweep", "harness.status"])
+def test_a_reader_that_stops_early_ends_the_command_quietly(module, tmp_path):
+    """`python -m harness.sweep sweeps/noise_bias.yaml --dry-run | head`: the pipe is closed before the
+    command writes (here: at once), and it ends with exit 1 and no traceback."""
+    args = [sys.executable, "-m", module, str(SWEEPS / "noise_bias.yaml"), f"runs_dir={tmp_path}",
+            f"tracking_uri=sqlite:///{tmp_path}/m.db"] + (["--dry-run"] if module == "harness.sweep" else [])
+    p = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p.stdout.close()
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 1 and "Traceback" not in err and "Exception ignored" not in err, err
