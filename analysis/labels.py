@@ -74,9 +74,14 @@ def context_suffix(tags: Mapping[str, str], varying: Sequence[str]) -> str:
     """``[value]`` (one varying tag) or ``[k=v,k=v]`` (several); "" when none vary."""
     if not varying:
         return ""
+
+    def val(k: str) -> str:  # an explicit "none" (e.g. perturbation=none, the control arm) stays "none"
+        raw = str(tags.get(k) or "").strip()
+        return tag_text(raw) or ("none" if raw.lower() == "none" else "na")
+
     if len(varying) == 1:
-        return f"[{tag_text(tags.get(varying[0])) or 'na'}]"
-    return "[" + ",".join(f"{k}={tag_text(tags.get(k)) or 'na'}" for k in varying) + "]"
+        return f"[{val(varying[0])}]"
+    return "[" + ",".join(f"{k}={val(k)}" for k in varying) + "]"
 
 
 def estimator_rank(estimator: str) -> int:
