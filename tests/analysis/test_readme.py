@@ -40,3 +40,14 @@ def test_missing_table_is_a_clear_error(tmp_path, capsys):
         refresh(DOC, tmp_path)
     assert main(["readme", str(doc)]) == 2 and doc.read_text() == DOC
     assert "error:" in capsys.readouterr().err
+
+
+def test_the_project_readme_tables_match_docs_results():
+    """The README's results tables are the committed reports' tables (`python -m analysis readme`)."""
+    from analysis.load import project_root
+
+    readme = project_root() / "README.md"
+    text = readme.read_text()
+    new, changed = refresh(text, readme.parent)
+    assert text.count("<!-- generated:") >= 5
+    assert changed == [], f"stale README tables (run `python -m analysis readme`): {changed}"
