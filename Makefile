@@ -21,7 +21,7 @@ probe: install
 
 # The README's "Results" (issue 6), regenerated end to end: the noise probes, the three sweeps (runs
 # already finished are skipped), the reports under docs/results/, then the README's generated tables.
-# About 75 min on 2 cores; each sweep also runs on Slurm with launcher=slurm.
+# About 85 min on 2 cores; each sweep also runs on Slurm with launcher=slurm.
 PROBE := $(PY) -m harness.probe tracking.experiment=noise_probe
 results: install
 	$(PROBE)
