@@ -49,6 +49,11 @@ def tag_text(value: object) -> str:
     return str(value).strip()
 
 
+def arm_text(value: object) -> str:
+    """``tag_text``, except that an explicit "none" (a control arm: ``perturbation=none``) stays "none"."""
+    return tag_text(value) or ("none" if str(value or "").strip().lower() == "none" else "")
+
+
 def fmt_number(x: float) -> str:
     """2.0 -> "2", 0.5 -> "0.5", 16 -> "16"."""
     return f"{x:g}"
@@ -74,14 +79,9 @@ def context_suffix(tags: Mapping[str, str], varying: Sequence[str]) -> str:
     """``[value]`` (one varying tag) or ``[k=v,k=v]`` (several); "" when none vary."""
     if not varying:
         return ""
-
-    def val(k: str) -> str:  # an explicit "none" (e.g. perturbation=none, the control arm) stays "none"
-        raw = str(tags.get(k) or "").strip()
-        return tag_text(raw) or ("none" if raw.lower() == "none" else "na")
-
     if len(varying) == 1:
-        return f"[{val(varying[0])}]"
-    return "[" + ",".join(f"{k}={val(k)}" for k in varying) + "]"
+        return f"[{arm_text(tags.get(varying[0])) or 'na'}]"
+    return "[" + ",".join(f"{k}={arm_text(tags.get(k)) or 'na'}" for k in varying) + "]"
 
 
 def estimator_rank(estimator: str) -> int:

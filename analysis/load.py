@@ -28,11 +28,11 @@ import pandas as pd
 
 from harness import metrics as M
 
-from .labels import CONTEXT_TAGS, base_label, context_suffix, sort_key, tag_number, tag_text
+from .labels import CONTEXT_TAGS, arm_text, base_label, context_suffix, sort_key, tag_number, tag_text
 
 SUMMARY_TAG = "analysis_summary"
 PROBE_TAG = "probe"
-PROBE_METRICS = ("probe/diff", "probe/var_rollout", "probe/var_train")
+PROBE_METRICS = M.PROBE_METRICS
 MLFLOW_INF = 1.7e308  # MLflow stores +-inf as +-sys.float_info.max
 
 
@@ -261,7 +261,7 @@ def _runs_frame(training: list, group_by: Sequence[str]) -> pd.DataFrame:
             "model_kind": tag_text(tags.get("model_kind")),
             "task": tag_text(tags.get("task")),
             "backend": tag_text(tags.get("backend")),
-            "perturbation": (tags.get("perturbation") or "").strip(),  # "none" stays "none": it is the control arm
+            "perturbation": arm_text(tags.get("perturbation")),
             "spec_sig": tag_text(tags.get("spec_sig")),
             "git_commit": tag_text(tags.get("git_commit")),
             "start_time": run.info.start_time,
@@ -282,7 +282,7 @@ def _probes_frame(probes: list) -> pd.DataFrame:
         tags, values = run.data.tags, run.data.metrics
         row = {"run_id": run.info.run_id, "model_kind": tag_text(tags.get("model_kind")) or "?",
                "model": tag_text(tags.get("model")), "model_shape": tag_text(tags.get("model_shape")) or "",
-               "perturbation": tag_text(tags.get("perturbation")) or "none", "seed": tag_text(tags.get("seed"))}
+               "perturbation": arm_text(tags.get("perturbation")) or "none", "seed": tag_text(tags.get("seed"))}
         for m in PROBE_METRICS:
             v = values.get(m)
             row[m] = float(finite_values(np.array([v]))[0]) if v is not None else math.nan

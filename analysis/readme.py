@@ -52,14 +52,15 @@ def main(file: str, check: bool = False) -> int:
     if not path.exists():
         raise ReadmeError(f"{path}: no such file")
     text = path.read_text()
-    new, changed = refresh(text, path.parent)
-    if not BLOCK.search(text):
+    blocks = len(BLOCK.findall(text))
+    if not blocks:
         raise ReadmeError(f"{path}: no `<!-- generated: TABLE.md -->` ... `<!-- /generated -->` block")
+    new, changed = refresh(text, path.parent)
     for c in changed:
         print(f"{'stale' if check else 'updated'}: {c}")
     if check:
         return 1 if changed else 0
     if changed:
         path.write_text(new)
-    print(f"{path}: {len(BLOCK.findall(new))} generated blocks, {len(changed)} updated")
+    print(f"{path}: {blocks} generated blocks, {len(changed)} updated")
     return 0

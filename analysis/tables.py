@@ -20,16 +20,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness import metrics as M
+
 from .config import AnalysisConfig
 from .labels import family_name, sweep_families
 from .load import PROBE_METRICS, Experiment
 from .stats import Interval, iqm, iqm_ci, km_median, probability_of_improvement, wilson
 
-# KwaiKAT's noise-probe numbers: diff = mean |logp_train - logp_inf|, var over repeated passes.
-KWAIKAT_PROBE = {
-    "dense": {"probe/diff": 0.002, "probe/var_rollout": 1e-5, "probe/var_train": 0.0},
-    "moe": {"probe/diff": 0.008, "probe/var_rollout": 1e-3, "probe/var_train": 1e-7},
-}
+KWAIKAT_PROBE = M.KWAIKAT_PROBE  # KwaiKAT's noise table, from the metric catalogue
 
 
 @dataclass
@@ -140,7 +138,8 @@ def _perturbations(exp: Experiment, label: str) -> str:
 def summary_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig) -> Table:
     """One row per group; the ``perturbation`` column (when runs carry the tag) names every explicit knob on."""
     rows, data = [], []
-    show_pert = any(_perturbations(exp, label) for label in exp.labels)
+    perts = {label: _perturbations(exp, label) for label in exp.labels}
+    show_pert = any(perts.values())
     for k, label in enumerate(exp.labels):
         g = measures[measures["label"] == label]
         seed = cfg.seed + k
@@ -162,7 +161,7 @@ def summary_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig) 
         step_time = float(st.mean()) if len(st) else math.nan
         rows.append({
             "group": label,
-            **({"perturbation": _perturbations(exp, label) or "none"} if show_pert else {}),
+            **({"perturbation": perts[label] or "none"} if show_pert else {}),
             "runs": n,
             "final": fin.fmt(),
             "peak": peak.fmt(),
@@ -176,7 +175,7 @@ def summary_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig) 
             "s/step": fmt(step_time, 2),
         })
         data.append({
-            "group": label, "perturbation": _perturbations(exp, label), "runs": n, "seeds": int(g["seed"].nunique()),
+            "group": label, "perturbation": perts[label], "runs": n, "seeds": int(g["seed"].nunique()),
             **_interval_cols("final_iqm", fin), **_interval_cols("peak_iqm", peak), **_interval_cols("auc_iqm", area),
             "collapsed": k_col, **_interval_cols("collapse_rate", rate),
             "onset_km_median": onset_med, "cp_onset_median": cp_med,

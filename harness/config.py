@@ -61,6 +61,11 @@ class ModelConfig:
     init_std: float = 0.02
     path: Optional[str] = None  # verl backend: HF model path / local checkpoint
 
+    @property
+    def ffn_hidden(self) -> int:
+        """The dense FFN's hidden size: ``d_ff``, or ``top_k * d_expert`` (the MoE's active size)."""
+        return self.d_ff or self.top_k * self.d_expert
+
 
 @dataclass
 class WarmStartConfig:

@@ -36,8 +36,14 @@ TIME_UPDATE = "time/update_s"
 TIME_DIAGNOSTICS = "time/diagnostics_s"
 TIME_STEP = "time/step_s"
 TOKENS_PER_S = "tokens/per_s"
+# noise-probe runs only (``python -m harness.probe``, tag ``probe=1``): one value each, at step 0
+PROBE_DIFF = "probe/diff"
+PROBE_VAR_ROLLOUT = "probe/var_rollout"
+PROBE_VAR_TRAIN = "probe/var_train"
+PROBE_METRICS = (PROBE_DIFF, PROBE_VAR_ROLLOUT, PROBE_VAR_TRAIN)
 
-# name -> one-line meaning (the README table is generated from this).
+# name -> one-line meaning of every per-step metric a training run logs (the README table is
+# generated from this and PROBE_CATALOGUE).
 CATALOGUE: dict[str, str] = {
     REWARD_MEAN: "mean task reward of the rollout batch (partial credit in [0, 1])",
     REWARD_STD: "std of the reward over the rollout batch",
@@ -68,13 +74,27 @@ CATALOGUE: dict[str, str] = {
     TOKENS_PER_S: "generated response tokens per second of rollout",
 }
 
+# Logged once (step 0) by noise-probe runs (tag ``probe=1``), not by training runs.
+PROBE_CATALOGUE: dict[str, str] = {
+    PROBE_DIFF: "probe runs: mean |logp_train - logp_inf| per response token",
+    PROBE_VAR_ROLLOUT: "probe runs: variance of the inference engine's token log-prob over repeated passes",
+    PROBE_VAR_TRAIN: "probe runs: the same over repeated training-engine passes",
+}
+
+# KwaiKAT's noise table (Qwen3-235B-A22B / its dense counterpart on verl), beside which the probe is read.
+KWAIKAT_PROBE: dict[str, dict[str, float]] = {
+    "dense": {PROBE_DIFF: 0.002, PROBE_VAR_ROLLOUT: 1e-5, PROBE_VAR_TRAIN: 0.0},
+    "moe": {PROBE_DIFF: 0.008, PROBE_VAR_ROLLOUT: 1e-3, PROBE_VAR_TRAIN: 1e-7},
+}
+
 # Tags every run carries (MLflow tags), used by analysis for grouping.
 RUN_TAGS = ("estimator", "n", "clip_c", "seed", "backend", "model", "task", "spec_sig", "git_commit")
 
 
 def markdown_table() -> str:
     rows = ["| metric | meaning |", "|---|---|"]
-    rows += [f"| `{k}` | {v} |" for k, v in CATALOGUE.items()]
+    rows += [f"| `{k}` | {v.replace('|', chr(92) + '|')} |"  # \| keeps a cell whole
+             for k, v in {**CATALOGUE, **PROBE_CATALOGUE}.items()]
     return "\n".join(rows)
 
 

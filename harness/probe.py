@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from harness.backends.local.probe import KWAIKAT, probe
+    from harness import metrics as M
+    from harness.backends.local.probe import probe
     from harness.run import perturbation, run_tags
     from harness.tracking import Tracker
 
@@ -56,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         tracker = Tracker(cfg.tracking_uri, cfg.tracking.experiment, run_name=f"probe-{cfg.model.name}", tags=tags)
         tracker.log_params({"probe.passes": opts["--passes"], "probe.sequences": opts["--sequences"],
                             **{f"inference.{k}": v for k, v in cfg.inference.__dict__.items()}})
-        tracker.log_step(0, {"probe/diff": res.diff, "probe/var_rollout": res.var_rollout,
-                             "probe/var_train": res.var_train})
+        tracker.log_step(0, {M.PROBE_DIFF: res.diff, M.PROBE_VAR_ROLLOUT: res.var_rollout,
+                             M.PROBE_VAR_TRAIN: res.var_train})
         tracker.finish()
         rows.append(res)
     print(f"noise probe ({opts['--passes']} passes, {rows[0].tokens} response tokens, inference "
@@ -65,9 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     print("| model | kind | diff | var_rollout | var_train | KwaiKAT diff / var_rollout / var_train |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        k = KWAIKAT[r.kind]
+        k = M.KWAIKAT_PROBE[r.kind]
         print(f"| {r.model} | {r.kind} | {_fmt(r.diff)} | {_fmt(r.var_rollout)} | {_fmt(r.var_train)} | "
-              f"{' / '.join(_fmt(x) for x in k)} |")
+              f"{' / '.join(_fmt(k[m]) for m in M.PROBE_METRICS)} |")
     return 0
 
 

@@ -77,7 +77,7 @@ def model_shape(cfg: RunConfig) -> str:
     m = cfg.model
     if m.kind == "moe":
         return f"L{m.n_layers}-E{m.n_experts}-k{m.top_k}-d{m.d_model}"
-    return f"L{m.n_layers}-ff{m.d_ff or m.top_k * m.d_expert}-d{m.d_model}"
+    return f"L{m.n_layers}-ff{m.ffn_hidden}-d{m.d_model}"
 
 
 def perturbation(cfg: RunConfig) -> str:

@@ -50,10 +50,6 @@ TOKENS = tuple(str(d) for d in range(10)) + ("+", "=", "<bos>", "<eos>", "<pad>"
 MAX_POSITIONS = 512
 
 
-def _intermediate(cfg: ModelConfig) -> int:
-    return cfg.d_ff or cfg.top_k * cfg.d_expert
-
-
 def to_hf_config(model_cfg: ModelConfig, vocab_size: int = VOCAB_SIZE) -> "PretrainedConfig":
     """``Qwen3MoeConfig`` (moe) or ``Qwen3Config`` (dense twin) describing our architecture."""
     import transformers
@@ -86,7 +82,7 @@ def to_hf_config(model_cfg: ModelConfig, vocab_size: int = VOCAB_SIZE) -> "Pretr
     if c.kind == "moe":
         return transformers.Qwen3MoeConfig(
             **common,
-            intermediate_size=_intermediate(c),  # unused (no mlp_only_layers); the dense twin's size
+            intermediate_size=c.ffn_hidden,  # unused (no mlp_only_layers); the dense twin's size
             moe_intermediate_size=c.d_expert,
             num_experts=c.n_experts,
             num_experts_per_tok=c.top_k,
@@ -97,7 +93,7 @@ def to_hf_config(model_cfg: ModelConfig, vocab_size: int = VOCAB_SIZE) -> "Pretr
             router_aux_loss_coef=0.0,
         )
     if c.kind == "dense":
-        return transformers.Qwen3Config(**common, intermediate_size=_intermediate(c))
+        return transformers.Qwen3Config(**common, intermediate_size=c.ffn_hidden)
     raise ValueError(f"model.kind must be moe or dense, got {c.kind!r}")
 
 

@@ -68,7 +68,7 @@ class MoE(nn.Module):
 class DenseMLP(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        d, f = cfg.d_model, cfg.d_ff or cfg.top_k * cfg.d_expert
+        d, f = cfg.d_model, cfg.ffn_hidden
         self.w_gate = nn.Parameter(torch.empty(d, f))
         self.w_up = nn.Parameter(torch.empty(d, f))
         self.w_down = nn.Parameter(torch.empty(f, d))

@@ -21,9 +21,6 @@ from harness.backends.local.train_engine import TrainEngine
 from harness.backends.local.warmstart import warm_start
 from harness.config import RunConfig
 
-KWAIKAT = {"dense": (0.002, 1e-5, 0.0), "moe": (0.008, 1e-3, 1e-7)}
-
-
 @dataclass
 class ProbeResult:
     model: str
