@@ -156,6 +156,12 @@ class RunConfig:
         return signature(self.to_dict())
 
     @property
+    def group_signature(self) -> str:
+        """The signature of the spec with the seed removed (same hashing as ``signature``): the seeds of one
+        spec share it, so analysis groups replicates by it (MLflow tag ``group_sig``)."""
+        return group_signature(self.to_dict())
+
+    @property
     def tracking_uri(self) -> str:
         return self.tracking.uri or f"sqlite:///{ROOT / 'mlruns.db'}"
 
@@ -176,6 +182,11 @@ def signature(spec: dict[str, Any], length: int = 10) -> str:
         ident["trainer"] = {k: v for k, v in ident["trainer"].items() if k != "checkpoint_every"}
     blob = json.dumps(ident, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:length]
+
+
+def group_signature(spec: dict[str, Any], length: int = 10) -> str:
+    """``signature`` of the spec without its ``seed``: one value per group of seed replicates."""
+    return signature({k: v for k, v in spec.items() if k != "seed"}, length)
 
 
 # ----------------------------------------------------------------------------------- building

@@ -67,7 +67,7 @@ def run_tags(cfg: RunConfig) -> dict[str, str]:
     return {
         "estimator": e.name, "n": na(e.n), "clip_c": na(e.clip_c), "level": na(e.level), "seed": str(cfg.seed),
         "backend": cfg.backend.name, "model": cfg.model.name, "model_kind": cfg.model.kind, "task": cfg.task.name,
-        "spec_sig": cfg.signature, "git_commit": git_commit(), "perturbation": perturbation(cfg),
+        "spec_sig": cfg.signature, "group_sig": cfg.group_signature, "git_commit": git_commit(), "perturbation": perturbation(cfg),
         "model_shape": model_shape(cfg),
     }
 

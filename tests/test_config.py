@@ -40,3 +40,10 @@ def test_signature_ignores_tracking_and_output_but_not_the_science():
     assert load(["seed=1"]).signature != a.signature
     assert load(["inference.router_noise_sigma=0.1"]).signature != a.signature
     assert len(a.signature) == 10
+
+
+def test_group_signature_is_the_signature_without_the_seed():
+    a, b, c = load(["seed=0"]), load(["seed=7"]), load(["seed=0", "trainer.lr=1e-4"])
+    assert a.signature != b.signature and a.group_signature == b.group_signature
+    assert a.group_signature != c.group_signature
+    assert load(["seed=0", "tracking.experiment=other"]).group_signature == a.group_signature

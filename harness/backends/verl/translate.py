@@ -132,7 +132,7 @@ def tag_values(cfg: RunConfig, commit: str | None = None) -> dict[str, Any]:
     na = lambda v: "na" if v is None else v  # noqa: E731
     return {"estimator": e.name, "n": na(e.n), "clip_c": na(e.clip_c), "level": na(e.level), "seed": cfg.seed,
             "backend": "verl", "model": cfg.model.name, "model_kind": cfg.model.kind, "task": cfg.task.name,
-            "spec_sig": cfg.signature, "git_commit": commit if commit is not None else git_commit()}
+            "spec_sig": cfg.signature, "group_sig": cfg.group_signature, "git_commit": commit if commit is not None else git_commit()}
 
 
 def run_tags(cfg: RunConfig, commit: str | None = None) -> dict[str, str]:
