@@ -26,7 +26,8 @@ Overrides are Hydra's key=value, e.g.
   estimator=tis estimator.clip_c=2 estimator.level=sequence task=addition
 Groups: estimator, model, task, backend (options: the YAML files in experiments/<group>/).
 --dry-run       validate, print the resolved spec (backend=verl: the verl command) and stop
---print-config  print the resolved spec as YAML and stop"""
+--print-config  print the resolved spec as YAML and stop
+--plan          backend=verl: print the per-GPU memory estimate (weights, grads, optimizer, activations)"""
 
 SUMMARY_FILE = "summary.json"
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -212,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     dry = "--dry-run" in argv
     show = "--print-config" in argv
     flags = [a for a in argv if a.startswith("--")]
-    unknown = [f for f in flags if f not in ("--dry-run", "--print-config")]
+    unknown = [f for f in flags if f not in ("--dry-run", "--print-config", "--plan")]
     if unknown:
         print(f"error: unknown option {unknown[0]}\n{USAGE}", file=sys.stderr)
         return 2
@@ -224,9 +225,13 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.backend.name == "verl":
             from harness.backends import verl as verl_backend
 
+            if "--plan" in argv:  # per-GPU memory estimate of the verl spec (harness/backends/verl/memory.py)
+                return verl_backend.print_plan(cfg)
             if dry:
                 print(shlex.join(verl_backend.command(cfg)))
                 return 0
+        elif "--plan" in argv:
+            raise ConfigError("backend", "--plan estimates GPU memory of a verl spec; use it with backend=verl")
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
