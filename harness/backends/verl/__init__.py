@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from harness.config import RunConfig
     from harness.tracking import Tracker
 
-__all__ = ["command", "train"]
+__all__ = ["command", "train", "print_plan"]
 
 
 def command(cfg: "RunConfig") -> list[str]:
@@ -32,3 +32,14 @@ def train(cfg: "RunConfig", tracker: "Tracker | None" = None) -> None:
     from harness.backends.verl.runner import train as _train
 
     _train(cfg, tracker)
+
+
+def print_plan(cfg: "RunConfig") -> int:
+    """``--plan``: validate, print the per-GPU memory estimate; exit status 0 if it fits, else 1."""
+    from harness.backends.verl.config import validate
+    from harness.backends.verl.memory import plan
+
+    validate(cfg)
+    p = plan(cfg)
+    print(p.text())
+    return 0 if p.fits else 1

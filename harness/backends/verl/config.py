@@ -22,6 +22,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 STRATEGIES = ("fsdp", "fsdp2", "megatron")
 ROLLOUT_ENGINES = ("vllm",)
+#: verl 0.9.1 has two trainers (``trainer.use_v1``): the legacy ``ray_trainer.RayPPOTrainer`` and the
+#: V1 TransferQueue trainer (its default). Only the legacy one is supported: under V1 the token-mean
+#: denominator keeps the tokens that rejection sampling masked (``loss_mask`` is stored once at
+#: rollout, only ``response_mask`` is updated), which is not the harness's MIS (docs/verl.md).
+TRAINERS = ("legacy",)
+#: Megatron activation recompute (``override_transformer_config.recompute_granularity``)
+RECOMPUTE = ("none", "selective", "full")
 #: tasks the verl backend can train on: gsm8k (verl's rule reward), and the harness's own generated
 #: tasks rendered as text prompts with a rule reward (harness/backends/verl/reward.py)
 VERL_TASKS = ("gsm8k", "sort", "addition")
@@ -40,7 +47,14 @@ class VerlParallelConfig:
     etp: Optional[int] = None  # expert tensor parallel (megatron; null = verl's default)
     param_offload: bool = False
     optimizer_offload: bool = False
-    gradient_checkpointing: bool = True
+    gradient_checkpointing: bool = True  # FSDP: model.enable_gradient_checkpointing (megatron ignores it)
+    #: megatron: none | selective (core attention) | full (whole layers, uniform, recompute_num_layers)
+    recompute: str = "none"
+    recompute_num_layers: int = 1  # megatron full recompute: layers per checkpointed chunk
+    #: Adam on the CPU. megatron: optimizer_cpu_offload (offload fraction 1), the GPU keeps bf16
+    #: weights + fp32 grads; fsdp2: CPUOffloadPolicy (offload_policy), sharded weights, grads and
+    #: Adam live on the CPU and each layer is gathered to the GPU for its forward/backward (memory.py)
+    cpu_adam: bool = False
     use_remove_padding: bool = True
     micro_batch_per_gpu: int = 4  # actor update and log-prob micro batch (when use_dynamic_bsz is false)
     use_dynamic_bsz: bool = False  # pack micro batches by tokens instead
@@ -63,17 +77,31 @@ class VerlDataConfig:
 
 
 @dataclass
+class VerlArchConfig:
+    """What ``--plan`` needs beyond ``model.*`` to count a checkpoint's parameters (its config.json)."""
+
+    vocab_size: int = 151936
+    n_kv_heads: int = 4
+    head_dim: int = 128
+    tie_embeddings: bool = False
+
+
+@dataclass
 class VerlConfig:
-    strategy: str = "fsdp"  # fsdp | fsdp2 | megatron (R3 and RAIS need megatron)
+    strategy: str = "fsdp"  # fsdp | fsdp2 | megatron (R3 needs megatron; RAIS needs fsdp/fsdp2)
+    #: which verl trainer runs (``trainer.use_v1=false`` for legacy); see TRAINERS
+    trainer: str = "legacy"
     rollout: str = "vllm"
     nnodes: int = 1
     gpus_per_node: int = 8
     parallel: VerlParallelConfig = field(default_factory=VerlParallelConfig)
     data: VerlDataConfig = field(default_factory=VerlDataConfig)
+    arch: VerlArchConfig = field(default_factory=VerlArchConfig)
+    gpu_memory_gb: float = 80.0  # per GPU, for --plan (H100 80GB)
     #: verl's dual-clip bound for negative advantages; null = off, as in the harness's loss (DESIGN 2)
     dual_clip_c: Optional[float] = None
     val_every: int = 0  # validation every k steps (0 = never)
-    #: RAIS needs router log-probs inside verl's loss, which verl 0.9.1 does not pass (docs/verl.md)
+    #: RAIS on verl rides on our FSDP engine patch (plugins/rais_fsdp.py), not yet run on a GPU
     experimental_rais: bool = False
     #: passed to the tokenizer's chat template, e.g. {enable_thinking: false} for Qwen3 (model presets)
     chat_template_kwargs: dict = field(default_factory=dict)
@@ -99,6 +127,15 @@ def validate(cfg: "RunConfig") -> "RunConfig":
 
     _require(v.strategy in STRATEGIES, "verl.strategy",
              f"unknown value {v.strategy!r}; allowed: {', '.join(STRATEGIES)}")
+    _require(v.trainer in TRAINERS, "verl.trainer",
+             f"unknown value {v.trainer!r}; allowed: {', '.join(TRAINERS)}. verl's V1 TransferQueue trainer "
+             "keeps MIS-rejected tokens in the token-mean denominator and needs the TransferQueue package "
+             "(docs/verl.md, 'Which trainer')")
+    _require(p.recompute in RECOMPUTE, "verl.parallel.recompute",
+             f"unknown value {p.recompute!r}; allowed: {', '.join(RECOMPUTE)}")
+    _require(p.recompute_num_layers >= 1, "verl.parallel.recompute_num_layers",
+             f"must be >= 1, got {p.recompute_num_layers}")
+    _require(v.gpu_memory_gb > 0, "verl.gpu_memory_gb", f"must be > 0, got {v.gpu_memory_gb}")
     _require(v.rollout in ROLLOUT_ENGINES, "verl.rollout",
              f"unknown value {v.rollout!r}; allowed: {', '.join(ROLLOUT_ENGINES)}")
     # estimators
@@ -108,18 +145,23 @@ def validate(cfg: "RunConfig") -> "RunConfig":
                  f"(actor.megatron.router_replay.mode=R3); verl.strategy={v.strategy} has no router replay. "
                  "Use a megatron model preset (model=qwen3_30b_a3b) or set verl.strategy=megatron")
     if e.name == "rais":
-        _require(v.strategy == "megatron", "estimator",
-                 f"rais needs the MoE router's probabilities from verl's megatron engine; verl.strategy={v.strategy}")
+        _require(v.strategy in ("fsdp", "fsdp2"), "estimator",
+                 f"rais on verl runs on the FSDP engine only (our patch of its forward records the HF Qwen3-MoE "
+                 f"router logits, plugins/rais_fsdp.py); verl.strategy={v.strategy} has no such patch: verl's "
+                 "megatron engine gives policy losses no router log-probs. Use verl.strategy=fsdp2")
+        _require(m.kind == "moe", "estimator", f"rais needs an MoE router; model {m.name} is {m.kind}")
         _require(v.experimental_rais, "estimator",
-                 "rais on verl: the policy loss 'harness_rais' is registered and tested on CPU, but verl 0.9.1 does "
-                 "not pass router log-probs to policy losses, so a run stops at its first update (docs/verl.md, "
-                 "'RAIS'). Set verl.experimental_rais=true once your verl provides them")
+                 "rais on verl: the FSDP router patch and the 'harness_rais' loss are tested on CPU with a tiny HF "
+                 "Qwen3-MoE but have not run on a GPU (docs/verl.md, 'RAIS'). Set verl.experimental_rais=true")
     if e.name == "mean_n":
         _require(e.n is not None and e.n >= 1, "estimator.n", f"must be an integer >= 1, got {e.n}")
         _require(i.temperature == 1.0 and i.top_k == 0, "inference.temperature",
                  "mean_n re-scores with vLLM prompt_logprobs, which are the model's raw distribution: with "
                  f"temperature={i.temperature}, top_k={i.top_k} they would not be the sampling distribution. "
                  "Use temperature 1.0 and top_k 0 with mean_n on verl")
+        _require(not i.deterministic, "inference.deterministic",
+                 "mean_n averages n re-scoring passes whose numerics differ by batch composition; a batch-invariant "
+                 "vLLM (full determinism) makes every pass identical, so mean_n would be mean_1")
 
     for key in ("nnodes", "gpus_per_node"):
         _require(getattr(v, key) >= 1, f"verl.{key}", f"must be >= 1, got {getattr(v, key)}")
@@ -140,6 +182,11 @@ def validate(cfg: "RunConfig") -> "RunConfig":
         for key in ("tp", "pp", "cp", "ep"):
             _require(getattr(p, key) == 1, f"verl.parallel.{key}",
                      f"model parallelism is a megatron setting; with verl.strategy={v.strategy} it must be 1")
+        _require(p.recompute == "none", "verl.parallel.recompute",
+                 f"recompute is a megatron setting; with verl.strategy={v.strategy} use "
+                 "verl.parallel.gradient_checkpointing")
+        _require(not p.cpu_adam or v.strategy == "fsdp2", "verl.parallel.cpu_adam",
+                 "cpu_adam on FSDP is FSDP2's CPUOffloadPolicy (fsdp_config.offload_policy): use verl.strategy=fsdp2")
     _require(n_gpus % p.rollout_tp == 0 and p.rollout_tp <= n_gpus, "verl.parallel.rollout_tp",
              f"vLLM tensor parallel {p.rollout_tp} must divide the {n_gpus} GPUs")
     _require(v.gpus_per_node % p.rollout_tp == 0 or p.rollout_tp % v.gpus_per_node == 0, "verl.parallel.rollout_tp",

@@ -34,9 +34,47 @@ def command(cfg: RunConfig) -> list[str]:
     return translate.command(cfg)
 
 
+#: packages the chosen verl path imports on the GPU nodes: (module, distribution, why). The legacy
+#: trainer (``trainer.use_v1=false``, the only one we run) needs no TransferQueue; ``pip install
+#: -e .[cluster]`` (pyproject.toml) installs all of them with the versions verl 0.9.1 pins.
+#: (vLLM itself is imported, not just found: a broken CUDA install fails at import)
+PACKAGES_ALWAYS = (("ray", "ray", "verl's single controller"),)
+PACKAGES_BY_STRATEGY = {
+    "megatron": (("megatron.core", "megatron-core", "the megatron engine"),
+                 ("mbridge", "mbridge", "verl's HF <-> megatron weight bridge (use_mbridge)"),
+                 ("megatron.bridge", "megatron-bridge", "verl's megatron model providers"),
+                 ("transformer_engine", "transformer-engine", "megatron's fused layers")),
+    "fsdp": (("flash_attn", "flash-attn", "attn_implementation=flash_attention_2 (verl's default)"),),
+    "fsdp2": (("flash_attn", "flash-attn", "attn_implementation=flash_attention_2 (verl's default)"),),
+}
+
+
+def required_packages(cfg: RunConfig) -> list[tuple[str, str, str]]:
+    """(module, distribution, why) of every package the spec's verl path imports (not vLLM's own deps)."""
+    return [*PACKAGES_ALWAYS, *PACKAGES_BY_STRATEGY[cfg.verl.strategy]]
+
+
+def missing_packages(cfg: RunConfig) -> list[str]:
+    import importlib.util
+
+    out = []
+    for module, dist, why in required_packages(cfg):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a parent package missing
+            found = False
+        if not found:
+            out.append(f"{dist} ({why})")
+    return out
+
+
 def preflight(cfg: RunConfig) -> None:
     """Everything a verl run needs on this machine, checked before an MLflow run or a job exists."""
     problems = []
+    missing = missing_packages(cfg)
+    if missing:
+        problems.append(f"verl's {cfg.verl.trainer} trainer with verl.strategy={cfg.verl.strategy} needs "
+                        f"{', '.join(missing)}: pip install -e '.[cluster]'")
     try:
         import vllm  # noqa: F401
     except Exception as exc:  # noqa: BLE001  (ImportError, or a CUDA/driver error at import)

@@ -14,11 +14,18 @@ mis              ``rollout_is=<level>``, ``rollout_is_threshold="1e-9_C"`` (weig
                  + ``rollout_rs=seq_sum_k1|token_k1``, ``rollout_rs_threshold="1/C_inf"`` (mask)
 icepop           ``rollout_is=token``, ``rollout_is_threshold="alpha_beta"``
 r3               megatron ``router_replay.mode=R3`` + ``rollout.enable_rollout_routing_replay``
-deterministic    bypass mode + ``rollout.full_determinism=true`` (batch-invariant vLLM)
+deterministic    bypass mode + ``rollout.full_determinism=true`` (batch-invariant vLLM) + our agent
+                 loop ``harness_deterministic`` (plugins/deterministic.py): a seed and request id
+                 per sample, so a GRPO group's responses differ and every call is reproducible
 mean_n           bypass mode + our agent loop ``harness_mean_n`` (plugins/mean_n.py): the rollout
                  log-prob it returns is log-mean-exp of n vLLM ``prompt_logprobs`` re-scorings
-rais             policy loss ``harness_rais`` (plugins/rais.py), decoupled mode
+rais             policy loss ``harness_rais`` (plugins/rais.py), decoupled mode, FSDP engine with
+                 our router patch (plugins/rais_fsdp.py)
 ===============  ==========================================================================
+
+An estimator without a row here is refused (ConfigError, exit 2): it never trains as recompute.
+The trainer is verl's legacy ``RayPPOTrainer`` (``trainer.use_v1=false``, config.TRAINERS): the
+one whose loss denominator drops MIS-rejected tokens, as the harness does.
 
 Our code reaches verl's Ray workers through ``VERL_USE_EXTERNAL_MODULES`` (read by
 ``verl/__init__.py`` in every process that imports verl), set both in the launching environment
@@ -37,6 +44,10 @@ from harness.config import ROOT, RunConfig
 
 PLUGIN_MODULE = "harness.backends.verl.plugins"
 MEAN_N_AGENT_LOOP = "harness_mean_n"
+DETERMINISTIC_AGENT_LOOP = "harness_deterministic"
+#: every estimator this module maps (anything else fails closed in ``rollout_correction``)
+MAPPED = ("rollout", "recompute", "tis", "mis", "icepop", "r3", "deterministic", "mean_n", "rais")
+RAIS_ENV = "HARNESS_RAIS"  # set for rais runs: the FSDP engine patch records router logits
 RAIS_LOSS = "harness_rais"
 GAMMA_MIN_ENV = "HARNESS_RAIS_GAMMA_MIN"
 ENTRYPOINT = ("-m", "verl.trainer.main_ppo")
@@ -80,6 +91,11 @@ def _kv(items: list[tuple[str, Any]]) -> list[str]:
 def rollout_correction(cfg: RunConfig) -> dict[str, Any]:
     """``algorithm.rollout_correction`` for the estimator (verl's RolloutCorrectionConfig fields)."""
     e = cfg.estimator
+    if e.name not in MAPPED:
+        from harness.config import ConfigError
+
+        raise ConfigError("estimator", f"{e.name!r} has no verl mapping (translate.py maps "
+                          f"{', '.join(MAPPED)}); refusing rather than training it as recompute")
     rc: dict[str, Any] = {"bypass_mode": e.name in BYPASS, "loss_type": "ppo_clip", "rollout_is": None,
                           "rollout_is_threshold": 2.0, "rollout_is_batch_normalize": False,
                           "rollout_rs": None, "rollout_rs_threshold": None}
@@ -94,6 +110,16 @@ def rollout_correction(cfg: RunConfig) -> dict[str, Any]:
                   rollout_rs="token_k1" if e.level == "token" else "seq_sum_k1",
                   rollout_rs_threshold=f"{1.0 / float(e.clip_c)!r}_inf")
     return rc
+
+
+def agent_loop(cfg: RunConfig) -> str:
+    """The rollout's agent loop: mean_n's re-scoring loop, our seeded loop under full determinism
+    (verl's own gives every sample the same seed), else verl's ``single_turn_agent``."""
+    if cfg.estimator.name == "mean_n":
+        return MEAN_N_AGENT_LOOP
+    if cfg.estimator.name == "deterministic" or cfg.inference.deterministic:
+        return DETERMINISTIC_AGENT_LOOP
+    return "single_turn_agent"
 
 
 def data_dir(cfg: RunConfig) -> Path:
@@ -145,6 +171,7 @@ def environment(cfg: RunConfig) -> dict[str, str]:
     env = {"VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE, "MLFLOW_TRACKING_URI": cfg.tracking_uri}
     if cfg.estimator.name == "rais":
         env[GAMMA_MIN_ENV] = repr(float(cfg.estimator.gamma_min))
+        env[RAIS_ENV] = "1"
     return env
 
 
@@ -170,8 +197,9 @@ def overrides(cfg: RunConfig, commit: str | None = None, env: dict[str, str] | N
     out += [(f"++data.apply_chat_template_kwargs.{k}", val) for k, val in v.chat_template_kwargs.items()]
 
     # model
+    # (enable_gradient_checkpointing is read by the FSDP engine only; megatron's recompute is below)
     out += [("actor_rollout_ref.model.path", m.path), ("actor_rollout_ref.model.use_remove_padding", p.use_remove_padding),
-            ("actor_rollout_ref.model.enable_gradient_checkpointing", p.gradient_checkpointing)]
+            ("actor_rollout_ref.model.enable_gradient_checkpointing", p.gradient_checkpointing and not megatron)]
 
     # actor (training engine) and its PPO loss
     bsz = [(f"{A}.ppo_micro_batch_size_per_gpu", p.micro_batch_per_gpu), (f"{A}.use_dynamic_bsz", p.use_dynamic_bsz),
@@ -192,10 +220,21 @@ def overrides(cfg: RunConfig, commit: str | None = None, env: dict[str, str] | N
                 (f"{M}.expert_tensor_parallel_size", p.etp), (f"{M}.param_offload", p.param_offload),
                 (f"{M}.optimizer_offload", p.optimizer_offload), (f"{M}.seed", cfg.seed),
                 (f"{M}.router_replay.mode", "R3" if e.name == "r3" else "disabled")]
+        T = f"{M}.override_transformer_config"
+        if p.recompute == "full":
+            out += [(f"{T}.recompute_granularity", "full"), (f"{T}.recompute_method", "uniform"),
+                    (f"{T}.recompute_num_layers", p.recompute_num_layers)]
+        elif p.recompute == "selective":
+            out += [(f"{T}.recompute_granularity", "selective")]
+        if p.cpu_adam:  # Megatron's HybridDeviceOptimizer: Adam states and step on the CPU
+            O = f"+{A}.optim.override_optimizer_config"
+            out += [(f"{O}.optimizer_cpu_offload", True), (f"{O}.optimizer_offload_fraction", 1.0),
+                    (f"{O}.overlap_cpu_optimizer_d2h_h2d", True), (f"{O}.use_precision_aware_optimizer", True)]
     else:
         F = f"{A}.fsdp_config"
         out += [(f"{A}.strategy", v.strategy), (f"{F}.param_offload", p.param_offload),
-                (f"{F}.optimizer_offload", p.optimizer_offload), (f"{F}.seed", cfg.seed)]
+                (f"{F}.optimizer_offload", p.optimizer_offload), (f"{F}.offload_policy", p.cpu_adam),
+                (f"{F}.seed", cfg.seed)]
 
     # rollout (vLLM): sampler, log-prob semantics, determinism, routing capture
     deterministic = i.deterministic or e.name == "deterministic"
@@ -208,7 +247,7 @@ def overrides(cfg: RunConfig, commit: str | None = None, env: dict[str, str] | N
             (f"{R}.log_prob_micro_batch_size_per_gpu", p.micro_batch_per_gpu),
             (f"{R}.full_determinism", deterministic), (f"{R}.seed", cfg.seed),
             (f"{R}.enable_rollout_routing_replay", e.name == "r3"),
-            (f"{R}.agent.default_agent_loop", MEAN_N_AGENT_LOOP if e.name == "mean_n" else "single_turn_agent")]
+            (f"{R}.agent.default_agent_loop", agent_loop(cfg))]
 
     # reward: verl's rule reward for gsm8k (by data_source), ours for the generated tasks
     if d.reward is not None:
@@ -221,7 +260,7 @@ def overrides(cfg: RunConfig, commit: str | None = None, env: dict[str, str] | N
                 ("+reward.custom_reward_function.reward_kwargs.mode", t.reward)]
 
     # trainer: cluster shape, steps, checkpoints (resume_mode=auto: a requeued job resumes), tracking
-    out += [("trainer.logger", ["console", "mlflow"]), ("trainer.project_name", cfg.tracking.experiment),
+    out += [("trainer.use_v1", v.trainer != "legacy"), ("trainer.logger", ["console", "mlflow"]), ("trainer.project_name", cfg.tracking.experiment),
             ("trainer.experiment_name", run_name(cfg)), ("trainer.nnodes", v.nnodes),
             ("trainer.n_gpus_per_node", v.gpus_per_node), ("trainer.total_training_steps", tr.steps),
             ("trainer.total_epochs", 100000), ("trainer.critic_warmup", 0),

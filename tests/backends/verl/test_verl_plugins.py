@@ -35,8 +35,8 @@ def _actor_config(spec, estimator: str, *extra: str):
     """verl's ActorConfig dataclass for our translated spec (clip eps, dual clip off, loss mode)."""
     from verl.utils.config import omega_conf_to_dataclass
 
-    args = ["verl.experimental_rais=true"] if estimator == "rais" else []
-    cfg = spec(f"estimator={estimator}", "model=qwen3_30b_a3b", *args, *extra)
+    args = ["verl.experimental_rais=true", "model=qwen3_30b_a3b_fsdp"] if estimator == "rais" else ["model=qwen3_30b_a3b"]
+    cfg = spec(f"estimator={estimator}", *args, *extra)
     vc = translate.verl_config(cfg, check=False)
     return cfg, omega_conf_to_dataclass(vc.actor_rollout_ref.actor)
 

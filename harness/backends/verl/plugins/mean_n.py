@@ -3,9 +3,20 @@
     logp_old = log( (1/n) sum_i exp(logp_inf[i]) )        (harness.estimators.mean_n.log_mean_prob)
 
 The loop samples exactly as verl's ``single_turn_agent`` does, then sends prompt+response n times
-to the same vLLM servers as a scoring request (``max_tokens=1``, ``prompt_logprobs=0``): each pass
-is an independent forward with its own batch composition, as in the local backend's
-``InferenceEngine.score``. The log-mean-exp of the n per-token log-probs replaces the response's
+to the same vLLM servers as a scoring request (``max_tokens=1``, ``prompt_logprobs=0``).
+
+Independent passes. A scoring pass samples nothing, so a seed changes nothing; what makes two
+passes differ is the batch they are computed in (vLLM is not batch-invariant unless
+``VLLM_BATCH_INVARIANT=1``: the GEMM/attention reduction splits follow the batch shape, see
+vllm-project/vllm#11778, prompt log-probs differ between batch size 1 and N). Sent at once, the n
+identical requests would be scheduled into the same engine step, where identical rows of one batch
+compute identically: n copies of one pass. So the passes of a response are issued **one after the
+other** (pass i+1 is sent when pass i has returned), each with a fresh request id (verl's router
+may place it on another replica): every pass lands in a later engine step, batched with whatever
+else is in flight then (other responses' sampling and scoring), as the local backend's
+``InferenceEngine.score`` recomputes each pass in a new batch. Different responses are still
+scored concurrently. What remains to measure on a GPU is how much the passes then differ
+(``scripts/verl_pass_variance.py``, ``make verl-pass-variance``). The log-mean-exp of the n per-token log-probs replaces the response's
 rollout log-probs, and the run uses verl's bypass mode (``rollout_correction.bypass_mode=true``),
 so this is pi_old in the PPO ratio, with no training forward. The sampling pass's own log-probs are
 kept in ``extra_fields["harness_sampling_logprobs"]``.
@@ -16,7 +27,6 @@ re-scored.
 """
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 from uuid import uuid4
 
@@ -45,7 +55,7 @@ def response_logprobs(prompt_logprobs: list[list[float]], prompt_len: int, respo
 
 
 async def score_response(server_manager: Any, prompt_ids: list[int], response_ids: list[int], n: int) -> torch.Tensor:
-    """[n, R] log-probs of the response from n independent vLLM scoring passes."""
+    """[n, R] log-probs of the response from n vLLM scoring passes, issued one after the other."""
     seq = list(prompt_ids) + list(response_ids)
 
     async def one() -> list[float]:
@@ -54,7 +64,7 @@ async def score_response(server_manager: Any, prompt_ids: list[int], response_id
             raise RuntimeError("the rollout server returned no prompt_logprobs: mean_n needs verl's vLLM server")
         return response_logprobs(out.extra_fields["prompt_logprobs"], len(prompt_ids), len(response_ids))
 
-    passes = await asyncio.gather(*(one() for _ in range(n)))
+    passes = [await one() for _ in range(n)]  # sequential: each pass in a later engine step (docstring)
     return torch.tensor(passes, dtype=torch.float64)
 
 
