@@ -140,3 +140,34 @@ def test_deterministic_mode_freezes_the_noise_knobs(setup):
         scores = eng.score(tokens, task.prompt_len, 3)
         assert scores.var(0).max().item() == 0.0, knob  # no run-to-run variance ...
         assert (scores[0] - clean).abs().mean().item() > 1e-3, knob  # ... but still a perturbation
+
+
+def test_batched_calls_keep_their_own_split_k_and_match_one_call_each(setup):
+    """One batched call over G groups = G separate calls, each with its own split-K factor."""
+    from harness.backends.local.inference_engine import SPLITS, _Call
+
+    cfg, _, _, _ = setup
+    gen = torch.Generator().manual_seed(0)
+    call = _Call(cfg.inference, gen, groups=12)
+    assert len(set(call.splits)) > 1 and set(call.splits) <= set(SPLITS)  # the passes differ
+    r = call.r
+    x, w = r(torch.randn(12, 5, 64, generator=gen)), r(torch.randn(64, 32, generator=gen))
+    out = call.mm(x, w)
+    for g, s in enumerate(call.splits):
+        assert torch.equal(out[g], call._mm(x[g], w, s)), g
+    by_split = {s: call._mm(x[0], w, s) for s in SPLITS}
+    assert not torch.equal(by_split[1], by_split[4])  # split-K changes the bf16 result
+    assert torch.equal(out, r(out))  # every output is a bf16 value
+
+
+def test_scoring_keeps_only_the_response_positions_and_matches_a_full_forward(setup):
+    """score() skips the last layer's work at prompt positions; deterministic: same log-probs."""
+    from harness.backends.local.inference_engine import _Call
+
+    cfg, policy, task, prompts = setup
+    icfg = type(cfg.inference)(**{**cfg.inference.__dict__, "deterministic": True})
+    eng = InferenceEngine(policy, icfg, seed=0)
+    tokens = eng.generate(prompts, task.answer_len).tokens
+    logits, _, _ = eng._forward(_Call(icfg, eng.noise_gen), tokens, 0, None)
+    full = torch.log_softmax(logits[:, task.prompt_len - 1:-1], -1).gather(-1, tokens[:, task.prompt_len:, None])
+    assert torch.equal(eng.score_once(tokens, task.prompt_len), full.squeeze(-1))
