@@ -46,8 +46,10 @@ def project_root() -> Path:
 
 
 def default_tracking_uri() -> str:
-    """``sqlite:///<project root>/mlruns.db``, the harness's default store."""
-    return f"sqlite:///{project_root() / 'mlruns.db'}"
+    """The harness's store rule (``harness/uri.py``): ``$MLFLOW_TRACKING_URI``, else ``sqlite:///<project root>/mlruns.db``."""
+    from harness.uri import resolve_tracking_uri
+
+    return resolve_tracking_uri()
 
 
 def default_metrics() -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from harness.backends.verl.config import VerlConfig
+from harness.uri import resolve_tracking_uri
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
@@ -129,7 +130,7 @@ class BackendConfig:
 
 @dataclass
 class TrackingConfig:
-    uri: Optional[str] = None  # null = sqlite:///<project>/mlruns.db
+    uri: Optional[str] = None  # null = $MLFLOW_TRACKING_URI, else sqlite:///<project>/mlruns.db
     experiment: str = "default"
     run_name: Optional[str] = None
 
@@ -163,7 +164,8 @@ class RunConfig:
 
     @property
     def tracking_uri(self) -> str:
-        return self.tracking.uri or f"sqlite:///{ROOT / 'mlruns.db'}"
+        """``tracking.uri`` > ``$MLFLOW_TRACKING_URI`` > ``sqlite:///<project>/mlruns.db`` (``harness/uri.py``)."""
+        return resolve_tracking_uri(self.tracking.uri)
 
     @property
     def run_dir(self) -> Path:

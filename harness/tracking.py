@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.config import ROOT
 
 
 class TrackingError(RuntimeError):
@@ -97,6 +96,3 @@ class Tracker:
 def finite(x: float) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
-
-def default_uri() -> str:
-    return f"sqlite:///{ROOT / 'mlruns.db'}"

@@ -7,6 +7,9 @@ from pathlib import Path
 import analysis.load
 
 
+ALLOWED = ("harness.metrics", "harness.uri", "harness.curves")  # leaf modules: names, the store rule, curve definitions
+
+
 def test_only_harness_metrics_is_imported():
     pkg = Path(analysis.load.__file__).parent
     offenders = []
@@ -18,5 +21,5 @@ def test_only_harness_metrics_is_imported():
                 mods = [a.name for a in node.names]
             else:
                 continue
-            offenders += [(path.name, m) for m in mods if m.split(".")[0] == "harness" and m != "harness.metrics"]
+            offenders += [(path.name, m) for m in mods if m.split(".")[0] == "harness" and m not in ALLOWED]
     assert not offenders, offenders
