@@ -62,7 +62,7 @@ def test_headline_dry_run(capsys):
     (["estimator=mean_n", "estimator.n=0", "model=qwen3_30b_a3b"], "estimator.n", ">= 1"),
     (["estimator=rais", "model=qwen3_30b_a3b", "verl.experimental_rais=true"], "estimator", "FSDP engine only"),
     (["estimator=rais", "model=qwen3_30b_a3b_fsdp"], "estimator", "experimental_rais"),
-    (["estimator=rais", "model=qwen3_4b", "verl.experimental_rais=true"], "estimator", "MoE router"),
+    (["estimator=rais", "model=qwen3_4b", "verl.experimental_rais=true"], "estimator", "router"),
     (["estimator=mean_n", "inference.deterministic=true", "model=qwen3_30b_a3b"], "inference.deterministic", "mean_1"),
     (["estimator=tis", "model=qwen3_30b_a3b", "verl.trainer=v1"], "verl.trainer", "denominator"),
     (["estimator=tis", "model=qwen3_4b", "verl.parallel.recompute=full"], "verl.parallel.recompute", "megatron"),
@@ -220,3 +220,44 @@ def test_train_runs_verl_with_our_mlflow_run_and_resumes_it(spec, tmp_path, monk
     assert (cfg.run_dir / runner.RUN_ID_FILE).read_text().strip() == run_id
     assert [m.step for m in client.get_metric_history(run_id, M.REWARD_MEAN)] == [1, 2, 3]
     assert len(client.search_runs([run.info.experiment_id])) == 1
+
+
+def test_dry_run_shows_the_trainer_choice(capsys, tmp_path):
+    rc, out, err = _run(capsys, "backend=verl", "model=qwen3_30b_a3b", "estimator=mis", *LLM,
+                        f"out_dir={tmp_path}/run", "--dry-run")
+    assert rc == 0, err
+    assert "trainer.use_v1=false" in shlex.split(out)
+
+
+def test_preflight_names_the_packages_of_the_chosen_path(spec, monkeypatch):
+    """The legacy trainer needs no TransferQueue; megatron needs its stack, FSDP flash-attn."""
+    import importlib.util
+
+    from harness.backends.verl import runner
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name.split(".")[0] in
+                        ("megatron", "mbridge", "transformer_engine", "flash_attn") else real(name, *a))
+    mods = {m for m, _, _ in runner.required_packages(spec("estimator=tis", "model=qwen3_30b_a3b"))}
+    assert {"megatron.core", "mbridge", "transformer_engine", "ray"} <= mods and "transfer_queue" not in mods
+    with pytest.raises(runner.VerlUnavailable) as exc:
+        runner.preflight(spec("estimator=tis", "model=qwen3_30b_a3b"))
+    msg = str(exc.value)
+    assert "megatron-core" in msg and "mbridge" in msg and "transformer-engine" in msg and ".[cluster]" in msg
+    assert "legacy trainer" in msg and "TransferQueue" not in msg
+    with pytest.raises(runner.VerlUnavailable, match="flash-attn") as exc:
+        runner.preflight(spec("estimator=tis", "model=qwen3_4b"))
+    assert "megatron" not in str(exc.value)
+
+
+def test_plan_prints_a_memory_estimate_for_both_presets(capsys):
+    for model in ("qwen3_30b_a3b", "qwen3_4b", "qwen3_30b_a3b_fsdp"):
+        rc, out, err = _run(capsys, "backend=verl", f"model={model}", *LLM, "--plan")
+        assert rc == 0, err + out
+        assert "update peak" in out and "rollout peak" in out and out.rstrip().splitlines()[-1].startswith(("fits", "note"))
+    # the 56d12ff preset (GPU Adam, no recompute) does not fit: exit status 1, the reason printed
+    rc, out, _ = _run(capsys, "backend=verl", "model=qwen3_30b_a3b", *LLM, "verl.parallel.cpu_adam=false",
+                      "verl.parallel.recompute=none", "--plan")
+    assert rc == 1 and "DOES NOT FIT" in out and "expert data parallel size 1" in out
+    rc, _, err = _run(capsys, "--plan")
+    assert rc == 2 and "backend=verl" in err

@@ -172,3 +172,42 @@ def test_mean_n_old_logprob_in_verls_loss_equals_local(spec):
         loss_agg_mode=actor.loss_agg_mode, config=actor)
     want, _ = local_ppo_loss(torch.exp(logp_new - old), adv, torch.ones_like(mask), mask, cfg.trainer.clip_eps)
     torch.testing.assert_close(loss, want)
+
+
+class StepFakeVLLMServer(FakeVLLMServer):
+    """FAKE vLLM server (as FakeVLLMServer) whose requests take one engine 'step' (an event-loop turn):
+    it records which requests are in flight together, i.e. would share an engine step's batch."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.in_flight: list[tuple[str, tuple]] = []
+        self.batches: list[list[tuple]] = []
+        self.ids: list[str] = []
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        self.ids.append(request_id)
+        entry = (request_id, tuple(prompt_ids))
+        self.in_flight.append(entry)
+        self.batches.append([seq for _, seq in self.in_flight])
+        await asyncio.sleep(0)  # the engine step: every request sent before it is batched with this one
+        self.in_flight.remove(entry)
+        return await super().generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params)
+
+
+def test_mean_n_passes_of_a_response_never_share_an_engine_step():
+    """Identical requests in one vLLM batch compute identically (plugins/mean_n.py): the n passes of a
+    response go one after the other, while different responses are scored concurrently."""
+    from harness.backends.verl.plugins.mean_n import score_response
+
+    server, n = StepFakeVLLMServer(), 4
+    responses = [([5, 3], [2, 7, 1]), ([5, 3], [4, 4, 0]), ([9, 1], [2, 2, 2])]
+
+    async def score_all():
+        return await asyncio.gather(*(score_response(server, p, r, n) for p, r in responses))
+
+    scores = asyncio.run(score_all())
+    assert [s.shape for s in scores] == [(n, 3)] * 3 and len(server.ids) == n * len(responses)
+    assert len(set(server.ids)) == len(server.ids)  # a fresh request id per pass (the router may move it)
+    assert max(len(b) for b in server.batches) > 1  # responses overlap...
+    for b in server.batches:
+        assert len(b) == len(set(b))  # ...but never two passes of the same sequence in one step

@@ -233,3 +233,39 @@ def test_gsm8k_preset_translates():
     assert vc.data.train_files.endswith("gsm8k/train.parquet")
     assert vc.reward.custom_reward_function.path is None  # verl's rule reward by data_source
     assert vc.harness.exact_reward is True
+
+
+def test_an_estimator_without_a_mapping_fails_closed(spec, capsys, monkeypatch):
+    """rollout_correction() had no else-branch: an unmapped estimator trained as recompute."""
+    cfg = spec("estimator=recompute", MOE)
+    cfg.estimator.name = "new_estimator"  # e.g. added to harness.config.ESTIMATORS, not to translate.py
+    with pytest.raises(ConfigError, match="new_estimator.*no verl mapping") as exc:
+        translate.overrides(cfg)
+    assert exc.value.key == "estimator"
+    assert set(translate.MAPPED) == set(ESTIMATORS)  # every estimator of the harness is mapped today
+
+
+def test_megatron_recompute_and_cpu_adam_reach_verls_engine_config(spec):
+    """enable_gradient_checkpointing is an FSDP key (megatron ignores it); megatron's recompute lives in
+    override_transformer_config, CPU Adam in override_optimizer_config (verl's megatron optimizer)."""
+    from verl.utils.config import omega_conf_to_dataclass
+
+    vc = translate.verl_config(spec("estimator=tis", MOE), check=False)
+    a = vc.actor_rollout_ref.actor
+    t = a.megatron.override_transformer_config
+    assert (t.recompute_granularity, t.recompute_method, t.recompute_num_layers) == ("full", "uniform", 1)
+    o = a.optim.override_optimizer_config
+    assert o.optimizer_cpu_offload is True and o.optimizer_offload_fraction == 1.0
+    assert vc.actor_rollout_ref.model.enable_gradient_checkpointing is False
+    engine = omega_conf_to_dataclass(a.megatron)  # verl's McoreEngineConfig takes them
+    assert engine.override_transformer_config["recompute_granularity"] == "full"
+    # off: verl's defaults (recompute null, GPU Adam)
+    vc = translate.verl_config(spec("estimator=tis", MOE, "verl.parallel.recompute=none",
+                                    "verl.parallel.cpu_adam=false"), check=False)
+    assert vc.actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity is None
+    assert "optimizer_cpu_offload" not in vc.actor_rollout_ref.actor.optim.override_optimizer_config
+    # FSDP: gradient checkpointing; cpu_adam is FSDP2's CPUOffloadPolicy
+    vc = translate.verl_config(spec("estimator=rais", "model=qwen3_30b_a3b_fsdp", "verl.experimental_rais=true"),
+                               check=False)
+    assert vc.actor_rollout_ref.model.enable_gradient_checkpointing is True
+    assert vc.actor_rollout_ref.actor.fsdp_config.offload_policy is True
