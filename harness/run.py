@@ -19,15 +19,30 @@ from typing import Callable
 
 from harness.config import ROOT, ConfigError, RunConfig
 
-USAGE = """usage: python -m harness.run [OVERRIDE ...] [--dry-run] [--print-config]
+USAGE = """usage: python -m harness.run [OVERRIDE ...] [--rerun] [--dry-run] [--print-config] [--plan]
 
 Overrides are Hydra's key=value, e.g.
   estimator=mean_n estimator.n=8 seed=3
   estimator=tis estimator.clip_c=2 estimator.level=sequence task=addition
-Groups: estimator, model, task, backend (options: the YAML files in experiments/<group>/).
+Groups (options: the YAML files in experiments/<group>/):
+{groups}
+--rerun         train again although the run is finished in the store (old folder files kept as *.prev-<time>)
 --dry-run       validate, print the resolved spec (backend=verl: the verl command) and stop
 --print-config  print the resolved spec as YAML and stop
---plan          backend=verl: print the per-GPU memory estimate (weights, grads, optimizer, activations)"""
+--plan          backend=verl: print the per-GPU memory estimate (weights, grads, optimizer, activations)
+
+A run is finished when its store (tracking.uri > $MLFLOW_TRACKING_URI > <project>/mlruns.db) holds a
+FINISHED run of its signature and seed; then it prints that result and trains nothing.
+Exit status: 0 done, 2 bad input (spec, folder, checkpoint), 1 store unreachable, 3 diverged,
+130/143 interrupted (SIGINT/SIGTERM: the MLflow run ends KILLED, a checkpoint resumes it)."""
+
+
+def usage() -> str:
+    """USAGE with each config group's options, read from ``experiments/<group>/*.yaml``."""
+    from harness.config import GROUPS, group_options
+
+    return USAGE.format(groups="\n".join(f"  {g:10s} {', '.join(group_options(g))}" for g in GROUPS))
+
 
 SUMMARY_FILE = "summary.json"
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -115,75 +130,74 @@ def _device(cfg: RunConfig):
 
 
 def execute(cfg: RunConfig, on_step: Callable[[int, dict[str, float]], bool] | None = None, rerun: bool = False,
-            tags: dict[str, str] | None = None, progress: bool = True) -> RunSummary:
-    """Train (or resume, or return the finished result of) the run ``cfg``."""
+            tags: dict[str, str] | None = None, progress: bool = True, finished_after_ms: int = 0) -> RunSummary:
+    """Train (or resume, or return the finished result of) the run ``cfg``.
+
+    The bookkeeping (identity of folder, checkpoint and summary; the store lookup; the MLflow run's
+    start and end; checkpoints) is :class:`harness.record.RunRecord`'s; this is the training loop.
+    ``rerun``: set the folder's files aside and train again even if the store has it finished;
+    ``finished_after_ms``: only a FINISHED run started at or after this time counts (a sweep's --rerun).
+    """
     import torch
     import yaml
     from tqdm import tqdm
 
     from harness import metrics as M
     from harness.backends.local.trainer import LocalTrainer
-    from harness.tracking import Tracker
+    from harness.record import Interrupted, RunRecord
 
-    run_dir = cfg.run_dir
-    summary_path, ckpt_path = run_dir / SUMMARY_FILE, run_dir / CHECKPOINT_FILE
-    if summary_path.exists() and not rerun:
-        return RunSummary(**json.loads(summary_path.read_text()))
-    if rerun:
-        for p in (summary_path, ckpt_path):
-            p.unlink(missing_ok=True)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    record = RunRecord(cfg, rerun=rerun, finished_after_ms=finished_after_ms, tags=tags)
+    done = record.prepare()  # store, folder, identity, store lookup, checkpoint: seconds, before the warm start
+    if done is not None:
+        return done
     torch.set_num_threads(cfg.backend.threads)
     torch.manual_seed(cfg.seed)
     device = _device(cfg)
 
     trainer = LocalTrainer(cfg, device)
-    state = torch.load(ckpt_path, weights_only=False) if ckpt_path.exists() else None
+    state = record.state
     if state is not None:
         trainer.load_state_dict(state["trainer"])
-        tracker = Tracker(cfg.tracking_uri, cfg.tracking.experiment, run_id=state["run_id"])
         rewards = state["rewards"]
-        if tags:
-            tracker.set_tags(tags)
     else:
-        all_tags = {**run_tags(cfg), **(tags or {})}
-        tracker = Tracker(cfg.tracking_uri, cfg.tracking.experiment, run_name=cfg.tracking.run_name, tags=all_tags)
-        tracker.log_params({**flat(cfg.to_dict()), "warmstart.steps": trainer.warmstart["steps"],
-                            "warmstart.reward": trainer.warmstart["reward"]})
-        spec = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
-        tracker.log_text(spec, "spec.yaml")
-        (run_dir / "spec.yaml").write_text(spec)
         rewards = []
+    tracker = record.start(run_tags(cfg), {**flat(cfg.to_dict()), "warmstart.steps": trainer.warmstart["steps"],
+                                           "warmstart.reward": trainer.warmstart["reward"]},
+                           yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     logged = tracker.last_logged_step(M.REWARD_MEAN) if state is not None else -1
 
     def save_checkpoint() -> None:
-        tmp = ckpt_path.with_suffix(".tmp")
-        torch.save({"trainer": trainer.state_dict(), "run_id": tracker.run_id, "rewards": rewards}, tmp)
-        tmp.replace(ckpt_path)
+        record.save_checkpoint(trainer.state_dict(), {"rewards": rewards})
 
     status, times = "finished", []
     bar = tqdm(total=cfg.trainer.steps, initial=trainer.step, desc=cfg.estimator.name, disable=not progress,
                dynamic_ncols=True, leave=False)
     try:
-        while trainer.step < cfg.trainer.steps:
-            step = trainer.step
-            values = trainer.run_step()
-            rewards.append(values[M.REWARD_MEAN])
-            times.append(values[M.TIME_STEP])
-            if step > logged:  # a resumed run recomputes identical steps; log each once
-                tracker.log_step(step, values)
-            bar.update(1)
-            bar.set_postfix(reward=f"{values[M.REWARD_MEAN]:.3f}", k3=f"{values[M.MISMATCH_K3]:.1e}")
-            if not math.isfinite(values[M.POLICY_LOSS]):
-                status = "diverged"
-                break
-            if on_step is not None and on_step(step, values):
-                status = "pruned"
-                break
-            if cfg.trainer.checkpoint_every and trainer.step % cfg.trainer.checkpoint_every == 0:
-                save_checkpoint()
-    except BaseException:
-        tracker.finish("KILLED")
+        with record.loop():
+            while trainer.step < cfg.trainer.steps:
+                step = trainer.step
+                values = trainer.run_step()
+                rewards.append(values[M.REWARD_MEAN])
+                times.append(values[M.TIME_STEP])
+                if step > logged:  # a resumed run recomputes identical steps; log each once
+                    tracker.log_step(step, values)
+                bar.update(1)
+                bar.set_postfix(reward=f"{values[M.REWARD_MEAN]:.3f}", k3=f"{values[M.MISMATCH_K3]:.1e}")
+                if not math.isfinite(values[M.POLICY_LOSS]):
+                    status = "diverged"
+                    break
+                if on_step is not None and on_step(step, values):
+                    status = "pruned"
+                    break
+                every = cfg.trainer.checkpoint_every
+                if every and (trainer.step % every == 0 or record.stop_signal is not None):
+                    save_checkpoint()
+                if record.stop_signal is not None:  # SIGINT/SIGTERM: stop after this step
+                    where = (f"checkpoint {record.checkpoint_path} at step {trainer.step} (the same command resumes)"
+                             if every else "no checkpoint (trainer.checkpoint_every=0): a rerun starts over")
+                    raise Interrupted(record.stop_signal, f"MLflow run {tracker.run_id} ended KILLED; {where}")
+    except BaseException as exc:
+        record.end(exc)
         raise
     finally:
         bar.close()
@@ -194,28 +208,22 @@ def execute(cfg: RunConfig, on_step: Callable[[int, dict[str, float]], bool] | N
         final_reward=smooth[-1] if smooth else float("nan"), peak_reward=max(smooth, default=float("nan")),
         time_per_step_s=sum(times) / len(times) if times else float("nan"),
     )
-    tracker.set_tags({"status": status})
-    tracker.log_step(trainer.step, {"summary/final_reward": summary.final_reward,
-                                    "summary/peak_reward": summary.peak_reward,
-                                    "summary/time_per_step_s": summary.time_per_step_s})
-    tracker.log_text(json.dumps(asdict(summary), indent=2), SUMMARY_FILE)
-    tracker.finish("FINISHED")
-    summary_path.write_text(json.dumps(asdict(summary), indent=2))
-    ckpt_path.unlink(missing_ok=True)
+    record.finish(summary, {"summary/final_reward": summary.final_reward, "summary/peak_reward": summary.peak_reward,
+                            "summary/time_per_step_s": summary.time_per_step_s})
     return summary
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in argv):
-        print(USAGE)
+        print(usage())
         return 0
     dry = "--dry-run" in argv
     show = "--print-config" in argv
     flags = [a for a in argv if a.startswith("--")]
-    unknown = [f for f in flags if f not in ("--dry-run", "--print-config", "--plan")]
+    unknown = [f for f in flags if f not in ("--dry-run", "--print-config", "--plan", "--rerun")]
     if unknown:
-        print(f"error: unknown option {unknown[0]}\n{USAGE}", file=sys.stderr)
+        print(f"error: unknown option {unknown[0]}\n{usage()}", file=sys.stderr)
         return 2
     overrides = [a for a in argv if not a.startswith("--")]
     from harness.config import load
@@ -241,21 +249,24 @@ def main(argv: list[str] | None = None) -> int:
         print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
         print(f"# signature: {cfg.signature}")
         return 0
+    from harness.record import CheckpointError, IdentityError, Interrupted, RunFolderError, signals_as_interrupts
+    from harness.tracking import TrackingError
+
     try:
-        if cfg.backend.name == "verl":
-            verl_backend.train(cfg)
-            return 0
-        summary = execute(cfg)
-    except ConfigError as exc:
+        with signals_as_interrupts():
+            if cfg.backend.name == "verl":
+                verl_backend.train(cfg)
+                return 0
+            summary = execute(cfg, rerun="--rerun" in argv)
+    except (ConfigError, IdentityError, CheckpointError, RunFolderError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:
-        from harness.tracking import TrackingError
-
-        if isinstance(exc, TrackingError):
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        raise
+    except TrackingError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except Interrupted as exc:
+        print(f"interrupted ({exc})", file=sys.stderr)
+        return 128 + exc.signum
     print(summary.line(cfg))
     return 0 if summary.status != "diverged" else 3
 

@@ -37,17 +37,19 @@ def test_every_estimator_runs_and_its_curves_come_back_from_mlflow(tiny_override
 def test_same_spec_and_seed_give_identical_curves_and_other_seeds_differ(tiny_overrides):
     curves = []
     for i, seed in enumerate((0, 0, 1)):
-        cfg = load(tiny_overrides("estimator=tis", f"seed={seed}", steps=8, name=f"r{i}"))
+        # one experiment each: in one experiment the second seed-0 run would be the first, found finished
+        cfg = load(tiny_overrides("estimator=tis", f"seed={seed}", f"tracking.experiment=t{i}", steps=8, name=f"r{i}"))
         summary = execute(cfg, progress=False)
-        curves.append({k: history(cfg, summary, k) for k in CURVES})
-    assert curves[0] == curves[1]
+        curves.append({"run_id": summary.run_id, **{k: history(cfg, summary, k) for k in CURVES}})
+    assert curves[0] == curves[1] and len({c["run_id"] for c in curves}) == 3
     assert curves[0][M.REWARD_MEAN] != curves[2][M.REWARD_MEAN]
 
 
 def test_resume_after_interruption_continues_the_same_run_with_each_step_once(tiny_overrides):
     base = load(tiny_overrides("trainer.checkpoint_every=3", steps=10, name="straight"))
     straight = execute(base, progress=False)
-    cfg = load(tiny_overrides("trainer.checkpoint_every=3", steps=10, name="interrupted"))
+    # the same spec and seed in the same store and experiment is one run: the interrupted one goes to another experiment
+    cfg = load(tiny_overrides("trainer.checkpoint_every=3", "tracking.experiment=test2", steps=10, name="interrupted"))
 
     class Preempted(Exception):
         pass

@@ -1,0 +1,334 @@
+"""One run's bookkeeping, separate from its training loop: any loop (``harness.run.execute``, a
+seed-pack runner) drives one :class:`RunRecord` per run.
+
+A run's **identity** is (signature, seed, experiment, tracking URI) plus, once it exists, its MLflow
+run id. The run folder (``run.json``), the checkpoint (``checkpoint.pt``) and ``summary.json`` all carry
+it. The order of a run's bookkeeping, each step before anything heavier:
+
+1. :meth:`RunRecord.prepare` — the store is reachable (``harness.store.check``, seconds); the folder
+   holds nothing of another run (signature, seed or experiment differ: :class:`IdentityError`, exit 2,
+   with the way out: ``--rerun`` or another ``out_dir``); the folder is writable (:class:`RunFolderError`,
+   exit 2, naming the path); the run is looked up **in the store** (a FINISHED run of this signature and
+   seed: its summary is returned and nothing runs); a checkpoint is read and must be this run's
+   (a truncated or foreign one: :class:`CheckpointError` / :class:`IdentityError`, exit 2).
+2. :meth:`RunRecord.start` — creates the MLflow run (or re-attaches to the checkpoint's).
+3. :meth:`RunRecord.save_checkpoint` every ``trainer.checkpoint_every`` steps (atomic: tmp + rename).
+4. :meth:`RunRecord.finish` (summary, FINISHED) or :meth:`RunRecord.end` — an interrupt (SIGINT,
+   SIGTERM: :class:`Interrupted`) ends the MLflow run KILLED, any other failure FAILED: no run is left
+   RUNNING by a process that is gone (only ``kill -9`` can, and its checkpoint resumes it).
+
+Signals (:func:`signals_as_interrupts`, installed by the CLI): the first SIGINT/SIGTERM during the
+training loop lets the current step end, writes a checkpoint (if enabled) and raises
+:class:`Interrupted`; outside the loop, or a second signal, raises at once.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Iterator
+
+from harness import store
+
+IDENTITY_FILE = "run.json"
+SUMMARY_FILE = "summary.json"
+CHECKPOINT_FILE = "checkpoint.pt"
+IDENTITY_KEYS = ("signature", "seed", "experiment")  # what a run *is*; the store is where it is logged
+
+
+class IdentityError(ValueError):
+    """The folder or checkpoint belongs to another run (exit 2)."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read (exit 2)."""
+
+
+class RunFolderError(ValueError):
+    """The run folder cannot be created or written (exit 2)."""
+
+
+class Interrupted(BaseException):
+    """SIGINT/SIGTERM: the run was ended KILLED (a BaseException, like KeyboardInterrupt)."""
+
+    def __init__(self, signum: int, detail: str = ""):
+        self.signum, self.detail = signum, detail
+        super().__init__(f"{signal.Signals(signum).name}{': ' + detail if detail else ''}")
+
+
+@dataclass(frozen=True)
+class Identity:
+    signature: str
+    seed: int
+    experiment: str
+    tracking_uri: str
+    run_id: str | None = None
+
+    @classmethod
+    def of(cls, cfg) -> "Identity":
+        return cls(cfg.signature, cfg.seed, cfg.tracking.experiment, cfg.tracking_uri)
+
+    def differences(self, other: dict[str, Any]) -> list[str]:
+        """The identity keys ``other`` records with another value (keys it lacks are not compared)."""
+        return [f"{k}={other[k]!r} (this run: {getattr(self, k)!r})" for k in IDENTITY_KEYS
+                if k in other and other[k] != getattr(self, k)]
+
+
+def _stamp() -> str:
+    return time.strftime("%Y%m%d-%H%M%S")
+
+
+class RunRecord:
+    def __init__(self, cfg, rerun: bool = False, finished_after_ms: int = 0, tags: dict[str, str] | None = None):
+        self.cfg, self.rerun, self.tags = cfg, rerun, dict(tags or {})
+        # --rerun: a FINISHED run started before now does not count
+        self.finished_after_ms = int(time.time() * 1000) if rerun else finished_after_ms
+        self.dir = Path(cfg.run_dir)
+        self.identity = Identity.of(cfg)
+        self.state: dict[str, Any] | None = None  # the checkpoint being resumed
+        self.tracker = None
+        self.in_loop = False
+        self.stop_signal: int | None = None
+
+    # ------------------------------------------------------------------------- paths
+    @property
+    def summary_path(self) -> Path:
+        return self.dir / SUMMARY_FILE
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.dir / CHECKPOINT_FILE
+
+    @property
+    def identity_path(self) -> Path:
+        return self.dir / IDENTITY_FILE
+
+    # ---------------------------------------------------------------- 1. before anything heavy
+    def prepare(self):
+        """Store, folder, store lookup, checkpoint (module docstring). Returns the finished run's
+        ``RunSummary`` (nothing to do) or None (train: from ``self.state`` if it is set)."""
+        from harness.tracking import client_for
+
+        uri = self.identity.tracking_uri
+        store.check(uri)
+        self._check_folder()
+        client = client_for(uri)
+        done = store.finished_run(client, self.identity.experiment, self.identity.signature, self.identity.seed,
+                                  after_ms=self.finished_after_ms)
+        if done is not None:
+            return self._summary_of(client, done)
+        if self.state is not None:
+            self._check_checkpoint_run(client)
+        return None
+
+    def _check_folder(self) -> None:
+        d = self.dir
+        if d.exists() and not d.is_dir():
+            raise RunFolderError(f"run folder {d}: exists and is not a folder; choose another out_dir")
+        if self.rerun:
+            self._archive(IDENTITY_FILE, SUMMARY_FILE, CHECKPOINT_FILE)
+        found = [(IDENTITY_FILE, _read_json(self.identity_path))]
+        summary = _read_json(self.summary_path)
+        if summary is not None:
+            found.append((SUMMARY_FILE, summary.get("identity") or {"signature": summary.get("signature")}))
+        if self.checkpoint_path.exists():
+            self.state = self._read_checkpoint()
+            found.append((CHECKPOINT_FILE, self.state.get("identity") or {}))
+        for name, ident in found:
+            if ident is None:
+                continue
+            diff = self.identity.differences(ident)
+            if diff:
+                raise IdentityError(
+                    f"{d / name} belongs to another run ({', '.join(diff)}); use another out_dir for this one, "
+                    f"or --rerun to set the old files aside (*.prev-<time>) and start this run there")
+        if self.state is not None and self.state["identity"].get("tracking_uri") != self.identity.tracking_uri:
+            raise IdentityError(
+                f"{self.checkpoint_path} belongs to MLflow run {self.state['identity'].get('run_id')} of the store "
+                f"{self.state['identity'].get('tracking_uri')!r}, not {self.identity.tracking_uri!r}: set tracking.uri "
+                f"to that store to resume it, or --rerun to start over in this one")
+        if summary is not None and (summary.get("identity") or {}).get("tracking_uri") != self.identity.tracking_uri:
+            self._archive(SUMMARY_FILE)  # another store's result: not finished here
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            self._write_identity()
+        except OSError as exc:
+            raise RunFolderError(f"cannot write the run folder {d}: {exc.strerror or exc}; choose a writable out_dir") from None
+
+    def _read_checkpoint(self) -> dict[str, Any]:
+        import torch
+
+        p = self.checkpoint_path
+        try:
+            state = torch.load(p, weights_only=False, map_location="cpu")
+        except Exception as exc:  # noqa: BLE001 - truncated, empty, random bytes, unreadable
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise CheckpointError(f"checkpoint {p} cannot be read ({why[:120]}): delete it to start this run over, "
+                                  f"or --rerun") from None
+        if not isinstance(state, dict) or not isinstance(state.get("identity"), dict) or "trainer" not in state:
+            raise CheckpointError(f"checkpoint {p} carries no run identity (an older harness wrote it, or it is "
+                                  f"not a checkpoint): delete it to start this run over, or --rerun")
+        return state
+
+    def _check_checkpoint_run(self, client) -> None:
+        run_id = self.state["identity"].get("run_id")
+        try:
+            run = client.get_run(run_id)
+        except Exception:  # noqa: BLE001 - not in this store
+            run = None
+        if run is None or run.info.lifecycle_stage != "active":
+            raise IdentityError(f"{self.checkpoint_path} resumes MLflow run {run_id}, which is not in the store "
+                                f"{self.identity.tracking_uri!r} (a new store, or a deleted run): --rerun to start over")
+
+    def _summary_of(self, client, run):
+        """The finished run's summary: the folder's if it is that run's, else the store's artifact."""
+        from harness.run import RunSummary
+
+        names = [f.name for f in fields(RunSummary)]
+        local = _read_json(self.summary_path)
+        if local is not None and local.get("run_id") == run.info.run_id:
+            return RunSummary(**{k: local[k] for k in names})
+        try:
+            import mlflow.artifacts
+
+            text = mlflow.artifacts.load_text(f"runs:/{run.info.run_id}/{SUMMARY_FILE}")
+            data = json.loads(text)
+            return RunSummary(**{k: data[k] for k in names})
+        except Exception:  # noqa: BLE001 - a run finished by another tool: rebuild it from its data
+            m = run.data.metrics
+            return RunSummary(run_id=run.info.run_id, signature=self.identity.signature,
+                              status=run.data.tags.get("status", "finished"), steps_done=self.cfg.trainer.steps,
+                              final_reward=m.get("summary/final_reward", float("nan")),
+                              peak_reward=m.get("summary/peak_reward", float("nan")),
+                              time_per_step_s=m.get("summary/time_per_step_s", float("nan")))
+
+    # ---------------------------------------------------------------- 2. the MLflow run
+    def start(self, tags: dict[str, str], params: dict[str, Any], spec_text: str):
+        """Create the MLflow run (or re-attach to the checkpoint's); returns the Tracker."""
+        from harness.tracking import Tracker
+
+        i = self.identity
+        if self.state is not None:
+            self.tracker = Tracker(i.tracking_uri, i.experiment, run_id=self.state["identity"]["run_id"])
+            if self.tags:
+                self._guard(self.tracker.set_tags, self.tags)
+        else:
+            self.tracker = Tracker(i.tracking_uri, i.experiment, run_name=self.cfg.tracking.run_name,
+                                   tags={**tags, **self.tags})
+            self._guard(self._first_writes, params, spec_text)
+        self.identity = replace(self.identity, run_id=self.tracker.run_id)
+        self._guard(self._write_identity)
+        return self.tracker
+
+    def _first_writes(self, params: dict[str, Any], spec_text: str) -> None:
+        self.tracker.log_params(params)
+        self.tracker.log_text(spec_text, "spec.yaml")
+        (self.dir / "spec.yaml").write_text(spec_text)
+
+    def _guard(self, fn, *args):
+        try:
+            return fn(*args)
+        except BaseException as exc:
+            self.end(exc)
+            raise
+
+    def _write_identity(self) -> None:
+        tmp = self.identity_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self.identity), indent=2) + "\n")
+        tmp.replace(self.identity_path)
+
+    # ---------------------------------------------------------------- 3. checkpoints, the loop
+    def save_checkpoint(self, trainer_state: dict[str, Any], extra: dict[str, Any]) -> None:
+        import torch
+
+        tmp = self.checkpoint_path.with_suffix(".tmp")
+        torch.save({"identity": asdict(self.identity), "run_id": self.identity.run_id, "trainer": trainer_state,
+                    **extra}, tmp)
+        tmp.replace(self.checkpoint_path)
+
+    @contextmanager
+    def loop(self) -> Iterator["RunRecord"]:
+        """While inside, a first SIGINT/SIGTERM only sets ``stop_signal`` (see signals_as_interrupts)."""
+        self.in_loop = True
+        _ACTIVE.append(self)
+        try:
+            yield self
+        finally:
+            self.in_loop = False
+            _ACTIVE.remove(self)
+
+    # ---------------------------------------------------------------- 4. the end
+    def finish(self, summary, metrics: dict[str, float]) -> None:
+        """Log the summary, write ``summary.json`` (with the identity), end FINISHED, drop the checkpoint."""
+        t = self.tracker
+        data = asdict(summary)
+        text = json.dumps({**data, "identity": asdict(self.identity)}, indent=2)
+        try:
+            t.set_tags({"status": summary.status})
+            t.log_step(summary.steps_done, metrics)
+            t.log_text(json.dumps(data, indent=2), SUMMARY_FILE)
+            tmp = self.summary_path.with_suffix(".tmp")
+            tmp.write_text(text)
+            tmp.replace(self.summary_path)
+        except BaseException as exc:
+            self.end(exc)
+            raise
+        t.finish("FINISHED")
+        self.checkpoint_path.unlink(missing_ok=True)
+
+    def end(self, exc: BaseException) -> None:
+        """An interrupted run ends KILLED, a failed one FAILED (best effort: the store may be the failure)."""
+        if self.tracker is None:
+            return
+        status = "KILLED" if isinstance(exc, (Interrupted, KeyboardInterrupt)) else "FAILED"
+        try:
+            self.tracker.finish(status)
+        except Exception:  # noqa: BLE001 - report the original failure, not this one
+            pass
+
+    def _archive(self, *names: str) -> None:
+        stamp = _stamp()
+        for name in names:
+            p = self.dir / name
+            if p.exists():
+                try:
+                    p.replace(self.dir / f"{name}.prev-{stamp}")
+                except OSError as exc:
+                    raise RunFolderError(f"cannot move {p} aside: {exc.strerror or exc}") from None
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RunFolderError(f"{path} cannot be read ({exc}): delete it, or --rerun") from None
+    return data if isinstance(data, dict) else None
+
+
+# ------------------------------------------------------------------------------------ signals
+_ACTIVE: list[RunRecord] = []
+
+
+@contextmanager
+def signals_as_interrupts() -> Iterator[None]:
+    """SIGTERM is handled as SIGINT: in a record's loop the first one stops the run after its step,
+    otherwise (or the second time) :class:`Interrupted` is raised at once. Main thread only."""
+
+    def handler(signum, frame):  # noqa: ARG001
+        rec = _ACTIVE[-1] if _ACTIVE else None
+        if rec is not None and rec.in_loop and rec.stop_signal is None:
+            rec.stop_signal = signum
+            return
+        raise Interrupted(signum)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

@@ -1,0 +1,107 @@
+"""The MLflow store a run points at: checked first and fast, created safely, asked what is finished.
+
+- :func:`check` runs before anything heavy (before the warm start). An ``http(s)`` store is asked
+  ``GET <uri>/health`` with a ``timeout_s`` limit (default 5 s; MLflow's own client would retry for
+  minutes); an sqlite store's folder must exist, and a fresh database is created (tables, migrations)
+  under a file lock ``<db>.lock``, so that several processes starting at once against a new file do not
+  race (``table ... already exists``). Failure: :class:`~harness.tracking.TrackingError` (exit 1).
+- "Finished" means finished **in this store**: a run of the experiment tagged ``spec_sig = <signature>``
+  and ``seed = <seed>`` whose MLflow status is ``FINISHED`` (:func:`finished_run`). A ``summary.json`` in a
+  run folder whose run is not in the store does not count.
+"""
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+TIMEOUT_S = 5.0
+
+
+def _tracking_error(uri: str, why: str):
+    from harness.tracking import TrackingError
+
+    return TrackingError(f"cannot reach the MLflow tracking store at {uri!r}: {why} (store: tracking.uri, "
+                         f"else $MLFLOW_TRACKING_URI, else the project's mlruns.db)")
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of an ``sqlite:///`` URI, else None."""
+    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+
+
+def check(uri: str, timeout_s: float = TIMEOUT_S) -> None:
+    """Reachable (and, for a fresh sqlite file, created) within seconds, or TrackingError."""
+    t0 = time.monotonic()
+    if uri.startswith(("http://", "https://")):
+        try:
+            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s) as resp:
+                if resp.status != 200:
+                    raise _tracking_error(uri, f"GET /health answered {resp.status}")
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise _tracking_error(uri, f"{reason} (after {time.monotonic() - t0:.1f} s)") from None
+        return
+    db = sqlite_path(uri)
+    if db is not None:
+        if not db.parent.is_dir():
+            raise _tracking_error(uri, f"the folder {db.parent} does not exist")
+        with lock_for(db, timeout_s=max(60.0, timeout_s)):
+            _touch_store(uri)
+        return
+    _touch_store(uri)
+
+
+def lock_for(db: Path, timeout_s: float = 60.0):
+    """A cross-process lock beside the database file (``<db>.lock``)."""
+    from filelock import FileLock
+
+    return FileLock(str(db) + ".lock", timeout=timeout_s)
+
+
+def _touch_store(uri: str) -> None:
+    """Open the store once: creates and migrates a new database."""
+    try:
+        from harness.tracking import client_for
+
+        client_for(uri).search_experiments(max_results=1)
+    except Exception as exc:  # noqa: BLE001 - any store failure is one message
+        raise _tracking_error(uri, str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+
+
+def runs_of(client, experiment: str, signature: str | None = None, status: str | None = None) -> list[Any]:
+    """Active runs of ``experiment`` (newest first), optionally with ``spec_sig = signature`` and this status."""
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return []
+    where = []
+    if signature is not None:
+        where.append(f"tags.spec_sig = '{signature}'")
+    if status is not None:
+        where.append(f"attributes.status = '{status}'")
+    out, token = [], None
+    while True:
+        page = client.search_runs([exp.experiment_id], " and ".join(where), max_results=1000,
+                                  order_by=["attributes.start_time DESC"], page_token=token)
+        out += list(page)
+        token = page.token
+        if not token:
+            return out
+
+
+def finished_run(client, experiment: str, signature: str, seed: int, after_ms: int = 0):
+    """The newest FINISHED run of this signature and seed in the store (started at or after ``after_ms``)."""
+    for run in runs_of(client, experiment, signature, "FINISHED"):
+        if run.data.tags.get("seed") == str(seed) and run.info.start_time >= after_ms:
+            return run
+    return None
+
+
+def finished_signatures(uri: str, experiment: str, after_ms: int = 0) -> set[str]:
+    """Signatures with a FINISHED run in ``experiment`` of the store at ``uri`` (one query, for sweeps)."""
+    from harness.tracking import client_for
+
+    runs = runs_of(client_for(uri), experiment, status="FINISHED")
+    return {r.data.tags["spec_sig"] for r in runs if "spec_sig" in r.data.tags and r.info.start_time >= after_ms}
