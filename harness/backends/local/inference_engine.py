@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from harness.backends.local.model import Policy, rope_tables
+from harness.backends.local.model import Policy, PolicyPack, rope_tables, stacked_weights
 from harness.config import InferenceConfig
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -62,37 +62,77 @@ def rounder(dtype: torch.dtype):
 
 
 class _Call:
-    """Per-call randomness of ``groups`` independent calls batched along a leading axis: the
-    split-K factor of each call, and the generator for combine orders and noise."""
+    """Per-call randomness of independent calls batched along a leading axis G: ``per`` calls for
+    each generator (one generator per seed of a pack), group g = seed (g // per), pass (g % per).
+    Every draw is made per generator in seed order, each seed exactly as if it ran alone: the
+    split-K factor of each call, then combine orders and noise as the forward asks for them."""
 
-    def __init__(self, cfg: InferenceConfig, gen: torch.Generator, groups: int = 1, rnd=None):
-        self.cfg, self.gen, self.groups = cfg, gen, groups
+    def __init__(self, cfg: InferenceConfig, gen: "torch.Generator | list[torch.Generator]", groups: int = 1,
+                 rnd=None):
+        gens = gen if isinstance(gen, (list, tuple)) else [gen]
+        self.cfg, self.gens, self.per = cfg, list(gens), groups
+        self.groups = groups * len(self.gens)
         self.r = rnd or rounder(DTYPES[cfg.dtype])
-        splits = [1] * groups
+        splits = [1] * self.groups
         if cfg.batch_variance and not cfg.deterministic:
-            idx = torch.randint(len(SPLITS), (groups,), generator=gen, device=gen.device).tolist()
+            idx = [i for g in self.gens for i in torch.randint(len(SPLITS), (groups,), generator=g, device=g.device).tolist()]
             splits = [SPLITS[i] for i in idx]
         self.splits = splits
-        self.by_split = {s: [g for g in range(groups) if splits[g] == s] for s in sorted(set(splits))}
+        self.by_split = {s: [g for g in range(self.groups) if splits[g] == s] for s in sorted(set(splits))}
+        self._seed_of: Tensor | None = None
+
+    @property
+    def gen(self) -> torch.Generator:
+        return self.gens[0]
+
+    def seed_of(self, device) -> Tensor:
+        """The seed index of every group [G]."""
+        if self._seed_of is None:
+            self._seed_of = torch.arange(self.groups, device=device) // self.per
+        return self._seed_of
+
+    def per_group(self, w: Tensor, groups: list[int] | None = None) -> Tensor:
+        """Per-seed weights [S, ...] -> one row per group [G, ...] (or per listed group)."""
+        if groups is None:
+            return w if self.per == 1 else w.index_select(0, self.seed_of(w.device))
+        if self.per == 1 and len(groups) == w.shape[0]:
+            return w
+        return w.index_select(0, self.seed_of(w.device)[torch.tensor(groups, device=w.device)])
+
+    def draw(self, kind: str, shape: tuple[int, ...], device) -> Tensor:
+        """rand/randn of shape [G, *shape]: ``per`` rows from each seed's generator, in seed order."""
+        fn = torch.rand if kind == "rand" else torch.randn
+        parts = [fn((self.per, *shape), generator=g, device=device) for g in self.gens]
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def mm(self, x: Tensor, w: Tensor) -> Tensor:
-        """x [G, ..., K] @ w [K, F], each call g with its own split-K factor."""
+        """x [G, ..., K] @ w [S, K, F] (the weights of group g's seed; or [K, F]), each call g with its own
+        split-K factor."""
+        shared = w.dim() == 2  # [K, F]: the same weights for every group
         if len(self.by_split) == 1:
-            return self._mm(x, w, self.splits[0])
-        out = x.new_empty(*x.shape[:-1], w.shape[1])
+            return self._mm(x, w if shared else self.per_group(w), self.splits[0])
+        out = x.new_empty(*x.shape[:-1], w.shape[-1])
         for s, groups in self.by_split.items():
             idx = torch.tensor(groups, device=x.device)
-            out[idx] = self._mm(x[idx], w, s)
+            out[idx] = self._mm(x[idx], w if shared else self.per_group(w, groups), s)
         return out
 
     def _mm(self, x: Tensor, w: Tensor, split: int) -> Tensor:
+        """x [G, ..., K] @ w [G, K, F] (w [K, F]: shared), split-K partial products rounded to dtype."""
         r, k = self.r, x.shape[-1]
+        if w.dim() == 2:
+            w = w[None].expand(x.shape[0], -1, -1)
+
+        def part(a: int, b: int) -> Tensor:
+            xs = x[..., a:b].reshape(x.shape[0], -1, b - a)
+            return torch.bmm(xs, w[:, a:b]).view(*x.shape[:-1], w.shape[-1])
+
         if split == 1 or k % split:
-            return r(x @ w)
+            return r(part(0, k))
         c = k // split
-        out = r(x[..., :c] @ w[:c])
+        out = r(part(0, c))
         for i in range(1, split):
-            out = r(out + r(x[..., i * c:(i + 1) * c] @ w[i * c:(i + 1) * c]))  # rounded to dtype each time
+            out = r(out + r(part(i * c, (i + 1) * c)))  # rounded to dtype each time
         return out
 
 
@@ -116,43 +156,62 @@ class _Cache:
 
 
 class InferenceEngine:
-    def __init__(self, policy: Policy, cfg: InferenceConfig, seed: int, device: torch.device | str = "cpu"):
+    """The engine of one policy (``seed`` an int) or of a seed pack (a ``PolicyPack`` and one seed
+    per slice): the pack's tensors carry a leading seed axis, every seed its own generators."""
+
+    def __init__(self, policy: "Policy | PolicyPack", cfg: InferenceConfig, seed: "int | list[int]",
+                 device: torch.device | str = "cpu"):
         self.cfg = cfg
         self.mcfg = policy.cfg
+        self.packed = isinstance(policy, PolicyPack)
+        seeds = list(seed) if isinstance(seed, (list, tuple)) else [seed]
         self.dtype = DTYPES[cfg.dtype]
         self.r = rounder(self.dtype)
         self.device = torch.device(device)
-        self.sample_gen = torch.Generator(self.device).manual_seed(seed * 1000 + 1)
-        self.noise_gen = torch.Generator(self.device).manual_seed(seed * 1000 + 2)
-        g = torch.Generator().manual_seed(seed * 1000 + 6)
-        d = self.mcfg.d_model
-        self.frozen = {  # fixed projections: the deterministic mode's stand-in for fresh noise
-            "router": torch.randn(d, self.mcfg.n_experts, generator=g).to(self.device),
-            "logits": torch.randn(d, policy.vocab_size, generator=g).to(self.device),
-        }
+        self.sample_gens = [torch.Generator(self.device).manual_seed(s * 1000 + 1) for s in seeds]
+        self.noise_gens = [torch.Generator(self.device).manual_seed(s * 1000 + 2) for s in seeds]
+        d, frozen = self.mcfg.d_model, {"router": [], "logits": []}
+        for s in seeds:
+            g = torch.Generator().manual_seed(s * 1000 + 6)
+            frozen["router"].append(torch.randn(d, self.mcfg.n_experts, generator=g))
+            frozen["logits"].append(torch.randn(d, policy.vocab_size, generator=g))
+        # fixed projections [S, d, *]: the deterministic mode's stand-in for fresh noise
+        self.frozen = {k: torch.stack(v).to(self.device) for k, v in frozen.items()}
         self.load_weights(policy)
 
+    @property
+    def sample_gen(self) -> torch.Generator:
+        return self.sample_gens[0]
+
+    @property
+    def noise_gen(self) -> torch.Generator:
+        return self.noise_gens[0]
+
     # ------------------------------------------------------------------ weights (as weight sync)
-    def load_weights(self, policy: Policy) -> None:
-        """Weights rounded to ``dtype`` (held in float32); the experts laid out as flat matrices."""
-        w = {k: self.r(v.detach().to(self.device, torch.float32)).clone() for k, v in policy.state_dict().items()}
+    def load_weights(self, policy: "Policy | PolicyPack") -> None:
+        """Weights [S, ...] rounded to ``dtype`` (held in float32); experts as [S E, d, *]."""
+        w = {k: self.r(v.detach().to(self.device, torch.float32)).clone() for k, v in stacked_weights(policy).items()}
         mc = self.mcfg
         if mc.kind == "moe":
             for li in range(mc.n_layers):
                 p = f"blocks.{li}.ffn."
-                w[p + "w_gate_up"] = torch.cat([w[p + "w_gate"], w[p + "w_up"]], -1).contiguous()  # [E, d, 2f]
+                s_, e, d, f = w[p + "w_gate"].shape
+                w[p + "w_gate_up"] = torch.cat([w[p + "w_gate"], w[p + "w_up"]], -1).reshape(s_ * e, d, 2 * f)
+                w[p + "w_down_flat"] = w[p + "w_down"].reshape(s_ * e, f, d)
         self.w = w
 
-    def state(self) -> dict:
-        return {"sample_gen": self.sample_gen.get_state(), "noise_gen": self.noise_gen.get_state()}
+    def state(self, s: int = 0) -> dict:
+        return {"sample_gen": self.sample_gens[s].get_state(), "noise_gen": self.noise_gens[s].get_state()}
 
-    def load_state(self, state: dict) -> None:
-        self.sample_gen.set_state(state["sample_gen"])
-        self.noise_gen.set_state(state["noise_gen"])
+    def load_state(self, state: dict, s: int = 0) -> None:
+        self.sample_gens[s].set_state(state["sample_gen"])
+        self.noise_gens[s].set_state(state["noise_gen"])
 
     # ------------------------------------------------------------------------------- forward
-    def _rms(self, x: Tensor, weight: Tensor) -> Tensor:
-        return self.r(x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.mcfg.norm_eps) * weight)
+    def _rms(self, call: _Call, x: Tensor, weight: Tensor) -> Tensor:
+        wg = call.per_group(weight)
+        wg = wg.view(wg.shape[0], *([1] * (x.dim() - 2)), wg.shape[-1])
+        return self.r(x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.mcfg.norm_eps) * wg)
 
     def _rope(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         x1, x2 = x.chunk(2, dim=-1)
@@ -172,30 +231,32 @@ class InferenceEngine:
         m = g_ * n
         dest = torch.arange(m * k, device=x.device)  # where the (token, slot) pair goes in the sum order
         if not cfg.deterministic:  # random summation order per token: atomics
-            rank = torch.rand(g_, n, k, generator=call.gen, device=x.device).argsort(-1).argsort(-1)
+            rank = call.draw("rand", (n, k), x.device).argsort(-1).argsort(-1)
             dest = (dest.view(m, k) - torch.arange(k, device=x.device) + rank.view(m, k)).view(-1)
-        y = self._experts(p, x.reshape(m, d), selected.reshape(-1), gates.reshape(-1), dest).view(g_, n, k, d)
+        key = selected + (call.seed_of(x.device) * mc.n_experts)[:, None, None]  # (seed, expert)
+        y = self._experts(p, x.reshape(m, d), key.reshape(-1), gates.reshape(-1), dest).view(g_, n, k, d)
         out = y[:, :, 0]
         for j in range(1, k):
             out = r(out + y[:, :, j])  # accumulation in dtype: order matters
         return out, torch.log_softmax(logits, -1), selected
 
-    def _experts(self, p: str, x: Tensor, selected: Tensor, gates: Tensor, dest: Tensor) -> Tensor:
+    def _experts(self, p: str, x: Tensor, key: Tensor, gates: Tensor, dest: Tensor) -> Tensor:
         """Gated outputs ``round(gate * expert(x))`` [M k, d] of the selected experts of tokens x
-        [M, d] (``selected``, ``gates``: [M k]), written to rows ``dest``. One grouped matmul: the
-        (token, slot) pairs sorted by expert into a zero-padded [E, capacity, d] batch."""
-        mc, r = self.mcfg, self.r
+        [M, d] (``key`` = seed * E + expert, ``gates``: [M k]), written to rows ``dest``. One
+        grouped matmul: the (token, slot) pairs sorted by (seed, expert) into a zero-padded
+        [S E, capacity, d] batch (a row's result does not depend on the padding)."""
+        r, w_gu, w_down = self.r, self.w[p + "w_gate_up"], self.w[p + "w_down_flat"]
         m, d = x.shape
-        e, f, k = mc.n_experts, mc.d_expert, mc.top_k
-        order = selected.argsort(stable=True)
-        expert = selected[order]
-        counts = torch.bincount(selected, minlength=e)
+        groups, f, k = w_gu.shape[0], w_down.shape[1], key.numel() // m
+        order = key.argsort(stable=True)
+        group = key[order]
+        counts = torch.bincount(key, minlength=groups)
         cap = int(counts.max())
-        row = expert * cap + torch.arange(m * k, device=x.device) - (counts.cumsum(0) - counts)[expert]
-        xe = x.new_zeros(e * cap, d).index_copy_(0, row, x.index_select(0, order // k)).view(e, cap, d)
-        gu = r(torch.bmm(xe, self.w[p + "w_gate_up"]))  # [E, C, 2f]
+        row = group * cap + torch.arange(m * k, device=x.device) - (counts.cumsum(0) - counts)[group]
+        xe = x.new_zeros(groups * cap, d).index_copy_(0, row, x.index_select(0, order // k)).view(groups, cap, d)
+        gu = r(torch.bmm(xe, w_gu))  # [S E, C, 2f]
         h = r(r(F.silu(gu[..., :f])) * gu[..., f:])
-        ye = r(torch.bmm(h, self.w[p + "w_down"])).view(e * cap, d).index_select(0, row)
+        ye = r(torch.bmm(h, w_down)).view(groups * cap, d).index_select(0, row)
         ye = r(ye * gates.index_select(0, order)[:, None])
         return torch.empty_like(ye).index_copy_(0, dest.index_select(0, order), ye)
 
@@ -214,17 +275,17 @@ class InferenceEngine:
         g_, b, t = tokens.shape
         h_, hd = mc.n_heads, mc.d_model // mc.n_heads
         cos, sin = rope_tables(torch.arange(start, start + t, device=tokens.device), hd, mc.rope_theta)
-        x = w["embed"][tokens]  # [G, B, t, d]
+        x = w["embed"][call.seed_of(tokens.device)[:, None, None], tokens]  # [G, B, t, d]
         router_logp, selected = [], []
         for li in range(mc.n_layers):
             p = f"blocks.{li}."
             last = li == mc.n_layers - 1
-            hn = self._rms(x, w[p + "attn_norm"])
+            hn = self._rms(call, x, w[p + "attn_norm"])
             q = call.mm(hn, w[p + "attn.q_proj"]).view(g_, b, t, h_, hd).transpose(2, 3)
             k = call.mm(hn, w[p + "attn.k_proj"]).view(g_, b, t, h_, hd).transpose(2, 3)
             v = call.mm(hn, w[p + "attn.v_proj"]).view(g_, b, t, h_, hd).transpose(2, 3)
-            q = self._rope(self._rms(q, w[p + "attn.q_norm"]), cos, sin)
-            k = self._rope(self._rms(k, w[p + "attn.k_norm"]), cos, sin)
+            q = self._rope(self._rms(call, q, w[p + "attn.q_norm"]), cos, sin)
+            k = self._rope(self._rms(call, k, w[p + "attn.k_norm"]), cos, sin)
             if cache is not None:
                 k, v = cache.append(li, k, v, start, max(capacity, start + t))
             if last and keep_from:  # the earlier positions only feed K and V
@@ -238,7 +299,7 @@ class InferenceEngine:
             attn = r(torch.softmax(scores, -1))
             o = r(attn @ v).transpose(2, 3).reshape(g_, b, tq, -1)
             x = r(x + call.mm(o, w[p + "attn.o_proj"]))
-            hn = self._rms(x, w[p + "ffn_norm"]).reshape(g_, b * tq, -1)
+            hn = self._rms(call, x, w[p + "ffn_norm"]).reshape(g_, b * tq, -1)
             if mc.kind == "moe":
                 out, rl, sel = self._layer_moe(call, p + "ffn.", hn, li)
                 router_logp.append(rl.view(g_, b, tq, -1))
@@ -249,7 +310,7 @@ class InferenceEngine:
             x = r(x + out.view(g_, b, tq, -1))
         if cache is not None:
             cache.length = start + t
-        hidden = self._rms(x, w["final_norm"])
+        hidden = self._rms(call, x, w["final_norm"])
         logits = call.mm(hidden, w["lm_head"])
         if self.cfg.logit_noise_sigma > 0:
             logits = logits + self.cfg.logit_noise_sigma * self._noise(call, hidden, "logits")
@@ -262,13 +323,13 @@ class InferenceEngine:
 
     def _noise(self, call: _Call, x: Tensor, which: str) -> Tensor:
         """Standard-normal noise per entry: fresh per call, or frozen (a function of x) when deterministic."""
-        proj = self.frozen[which]
+        proj = self.frozen[which]  # [S, d, P]
         if not self.cfg.deterministic:
-            shape = (*x.shape[:-1], proj.shape[1])
-            return torch.randn(shape, generator=call.gen, device=x.device)
+            return call.draw("randn", (*x.shape[1:-1], proj.shape[-1]), x.device)
         z = x.float()
         z = z / z.norm(dim=-1, keepdim=True).clamp(min=1e-6)  # unit rows: z @ proj ~ N(0, 1) per entry
-        return z @ proj
+        pg = call.per_group(proj)
+        return torch.bmm(z.reshape(z.shape[0], -1, z.shape[-1]), pg).view(*z.shape[:-1], pg.shape[-1])
 
     # ----------------------------------------------------------------------- distributions
     def _model_logp(self, logits: Tensor) -> Tensor:
@@ -294,46 +355,63 @@ class InferenceEngine:
     # --------------------------------------------------------------------------------- API
     @torch.no_grad()
     def generate(self, prompts: Tensor, max_new_tokens: int) -> Rollout:
-        b, p = prompts.shape
+        """prompts [B, P] (one policy) or [S, B, P] (a pack: every Rollout field gets the S axis)."""
+        single = prompts.dim() == 2
+        if single:
+            prompts = prompts[None]
+        s_, b, p = prompts.shape
         capacity = p + max_new_tokens
         cache = _Cache()
-        tokens = torch.empty(b, capacity, dtype=prompts.dtype, device=prompts.device)
-        tokens[:, :p] = prompts
+        tokens = torch.empty(s_, b, capacity, dtype=prompts.dtype, device=prompts.device)
+        tokens[:, :, :p] = prompts
         logps, routed, routers = [], [], []
-        call = _Call(self.cfg, self.noise_gen, 1, self.r)  # one engine step = one batch shape
-        logits, rl, sel = self._forward(call, prompts[None], 0, cache, capacity)
+        call = _Call(self.cfg, self.noise_gens, 1, self.r)  # one engine step = one batch shape
+        logits, rl, sel = self._forward(call, prompts, 0, cache, capacity)
         if sel is not None:
-            routed.append(sel[0])
-            routers.append(rl[0, :, -1:])
+            routed.append(sel)
+            routers.append(rl[:, :, -1:])
         for i in range(max_new_tokens):
-            model_logp = self._model_logp(logits[0, :, -1])
+            model_logp = self._model_logp(logits[:, :, -1])
             sampler_logp = self._sampler_logp(model_logp)
-            nxt = torch.multinomial(sampler_logp.exp(), 1, generator=self.sample_gen)
+            probs = sampler_logp.exp()
+            nxt = torch.stack([torch.multinomial(probs[s], 1, generator=g) for s, g in enumerate(self.sample_gens)])
             logps.append(self._reported(model_logp, sampler_logp).gather(-1, nxt))
-            tokens[:, p + i:p + i + 1] = nxt
+            tokens[:, :, p + i:p + i + 1] = nxt
             if i + 1 < max_new_tokens:
-                call = _Call(self.cfg, self.noise_gen, 1, self.r)
-                logits, rl, sel = self._forward(call, nxt[None], p + i, cache, capacity)
+                call = _Call(self.cfg, self.noise_gens, 1, self.r)
+                logits, rl, sel = self._forward(call, nxt, p + i, cache, capacity)
                 if sel is not None:
-                    routed.append(sel[0])
-                    routers.append(rl[0])
+                    routed.append(sel)
+                    routers.append(rl)
         routed_experts = router_logp = None
         if routed:
-            last = torch.full_like(routed[0][:, :1], -1)
-            routed_experts = torch.cat(routed + [last], 1)
-            router_logp = torch.cat(routers, 1)
-        return Rollout(tokens, torch.cat(logps, 1), routed_experts, router_logp)
+            last = torch.full_like(routed[0][:, :, :1], -1)
+            routed_experts = torch.cat(routed + [last], 2)
+            router_logp = torch.cat(routers, 2)
+        roll = Rollout(tokens, torch.cat(logps, 2), routed_experts, router_logp)
+        if single:
+            roll = Rollout(*(None if v is None else v[0] for v in (roll.tokens, roll.logp, roll.routed_experts,
+                                                                   roll.router_logp)))
+        return roll
 
     @torch.no_grad()
-    def score(self, tokens: Tensor, prompt_len: int, n: int, generator: torch.Generator | None = None) -> Tensor:
-        """n independent scorings [n, B, R] in one batched prefill over n x B rows; each pass has
-        its own split-K factor, combine orders and noise draws."""
-        call = _Call(self.cfg, generator or self.noise_gen, n, self.r)
-        inputs = tokens[None, :, :-1].expand(n, -1, -1)  # the last token predicts nothing
+    def score(self, tokens: Tensor, prompt_len: int, n: int,
+              generator: "torch.Generator | list[torch.Generator] | None" = None) -> Tensor:
+        """n independent scorings [n, B, R] ([S, n, B, R] for pack tokens [S, B, T]) in one
+        batched prefill over (S x) n x B rows; each pass has its own split-K factor, combine
+        orders and noise draws (from its seed's generator)."""
+        single = tokens.dim() == 2
+        if single:
+            tokens = tokens[None]
+        s_, b, t = tokens.shape
+        call = _Call(self.cfg, generator or self.noise_gens, n, self.r)
+        inputs = tokens[:, None, :, :-1].expand(s_, n, b, t - 1).reshape(s_ * n, b, t - 1)  # last: predicts nothing
         logits, _, _ = self._forward(call, inputs, 0, None, keep_from=prompt_len - 1)
         model_logp = self._model_logp(logits)
         logp = self._reported(model_logp, self._sampler_logp(model_logp))
-        return logp.gather(-1, tokens[None, :, prompt_len:, None].expand(n, -1, -1, 1)).squeeze(-1)
+        target = tokens[:, None, :, prompt_len:, None].expand(s_, n, b, t - prompt_len, 1).reshape(s_ * n, b, -1, 1)
+        out = logp.gather(-1, target).squeeze(-1).view(s_, n, b, -1)
+        return out[0] if single else out
 
     def score_once(self, tokens: Tensor, prompt_len: int, generator: torch.Generator | None = None) -> Tensor:
         """One prefill pass over prompt+response: log-probs of the response tokens [B, R]."""

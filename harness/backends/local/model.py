@@ -128,3 +128,57 @@ def build_policy(cfg: ModelConfig, seed: int) -> Policy:
     policy = Policy(cfg)
     policy.reset_parameters(g)
     return policy
+
+
+class PolicyPack(nn.Module):
+    """S policies of one config stacked along a leading *seed* axis: every parameter is
+    ``[S, *shape]`` (a seed pack). The engines and the trainer run the whole pack with batched
+    matmuls; slice ``s`` is exactly the policy of seed ``s`` (``policy(s)``). A plain run is a
+    pack of one, so a seed trains the same way alone or in a pack."""
+
+    def __init__(self, cfg: ModelConfig, size: int, vocab_size: int = VOCAB_SIZE):
+        super().__init__()
+        self.cfg, self.size, self.vocab_size = cfg, size, vocab_size
+        shapes = {name: p.shape for name, p in Policy(cfg, vocab_size).named_parameters()}
+        self.names = list(shapes)
+        self.stacked = nn.ParameterDict(
+            {_key(n): nn.Parameter(torch.empty(size, *shape)) for n, shape in shapes.items()})
+
+    @property
+    def is_moe(self) -> bool:
+        return self.cfg.kind == "moe"
+
+    @classmethod
+    def of(cls, policies: list[Policy]) -> "PolicyPack":
+        pack = cls(policies[0].cfg, len(policies), policies[0].vocab_size)
+        pack.load_policies(policies)
+        return pack
+
+    def load_policies(self, policies: list[Policy]) -> None:
+        with torch.no_grad():
+            for name in self.names:
+                self.stacked[_key(name)].copy_(torch.stack([dict(p.named_parameters())[name] for p in policies]))
+
+    def weights(self) -> dict[str, Tensor]:
+        """Parameter name (as in ``Policy``) -> stacked tensor [S, ...]."""
+        return {n: self.stacked[_key(n)] for n in self.names}
+
+    def policy_state(self, s: int) -> dict[str, Tensor]:
+        """The state dict of seed ``s``'s policy (a ``Policy.state_dict()``)."""
+        return {n: self.stacked[_key(n)][s].detach().clone() for n in self.names}
+
+    def load_policy_state(self, s: int, state: dict[str, Tensor]) -> None:
+        with torch.no_grad():
+            for n in self.names:
+                self.stacked[_key(n)][s].copy_(state[n])
+
+
+def _key(name: str) -> str:
+    return name.replace(".", "__")
+
+
+def stacked_weights(model: "Policy | PolicyPack") -> dict[str, Tensor]:
+    """The weights of a pack, or of one policy as a pack of one ([1, ...] views: gradients flow)."""
+    if isinstance(model, PolicyPack):
+        return model.weights()
+    return {n: p[None] for n, p in model.named_parameters()}

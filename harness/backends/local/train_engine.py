@@ -14,27 +14,43 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from harness.backends.local.model import Attention, Block, DenseMLP, MoE, Policy, apply_rope, rms_norm, rope_tables
+from harness.backends.local.model import Policy, PolicyPack, apply_rope, rope_tables, stacked_weights
 from harness.estimators.base import PolicyForward
 
 
 @dataclass
 class TrainOutput:
-    logits: Tensor  # [B, T, V] float32
+    logits: Tensor  # [B, T, V] float32 ([S, B, T, V] for a pack)
     router_logits: Tensor | None  # [B, T, L, E]
     selected: Tensor | None  # [B, T, L, k]
 
 
-def _attention(attn: Attention, x: Tensor, cos: Tensor, sin: Tensor, eps: float) -> Tensor:
-    b, t, d = x.shape
-    h, hd = attn.n_heads, attn.head_dim
-    q = (x @ attn.q_proj).view(b, t, h, hd).transpose(1, 2)
-    k = (x @ attn.k_proj).view(b, t, h, hd).transpose(1, 2)
-    v = (x @ attn.v_proj).view(b, t, h, hd).transpose(1, 2)
-    q = apply_rope(rms_norm(q, attn.q_norm, eps), cos, sin)
-    k = apply_rope(rms_norm(k, attn.k_norm, eps), cos, sin)
-    o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    return o.transpose(1, 2).reshape(b, t, d) @ attn.o_proj
+def _bmm(x: Tensor, w: Tensor) -> Tensor:
+    """Per-seed matmul: x [S, ..., K] @ w [S, K, F] (one batched GEMM; slice s = x[s] @ w[s])."""
+    s_, k = x.shape[0], x.shape[-1]
+    return torch.bmm(x.reshape(s_, -1, k), w).view(*x.shape[:-1], w.shape[-1])
+
+
+def _seed_vec(w: Tensor, ndim: int) -> Tensor:
+    """A per-seed vector [S, d] shaped to broadcast against [S, ..., d] (ndim dims)."""
+    return w.view(w.shape[0], *([1] * (ndim - 2)), w.shape[-1])
+
+
+def _rms(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * _seed_vec(weight, x.dim())
+
+
+def _attention(w: dict, p: str, x: Tensor, cos: Tensor, sin: Tensor, cfg) -> Tensor:
+    s_, b, t, d = x.shape
+    h = cfg.n_heads
+    hd = d // h
+    q = _bmm(x, w[p + "q_proj"]).view(s_, b, t, h, hd).transpose(2, 3)
+    k = _bmm(x, w[p + "k_proj"]).view(s_, b, t, h, hd).transpose(2, 3)
+    v = _bmm(x, w[p + "v_proj"]).view(s_, b, t, h, hd).transpose(2, 3)
+    q = apply_rope(_rms(q, w[p + "q_norm"], cfg.norm_eps), cos, sin)
+    k = apply_rope(_rms(k, w[p + "k_norm"], cfg.norm_eps), cos, sin)
+    o = F.scaled_dot_product_attention(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), is_causal=True)
+    return _bmm(o.view(s_, b, h, t, hd).transpose(2, 3).reshape(s_, b, t, d), w[p + "o_proj"])
 
 
 def route(router_logits: Tensor, top_k: int, replay: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -46,43 +62,54 @@ def route(router_logits: Tensor, top_k: int, replay: Tensor | None = None) -> tu
     return selected, gates
 
 
-def _moe(moe: MoE, x: Tensor, replay: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-    n = x.shape[0]
-    logits = x @ moe.router  # [N, E]
-    selected, gates = route(logits, moe.top_k, replay)
-    h = F.silu(torch.einsum("nd,edf->enf", x, moe.w_gate)) * torch.einsum("nd,edf->enf", x, moe.w_up)
-    y = torch.einsum("enf,efd->end", h, moe.w_down)  # every expert, every token: [E, N, d]
-    picked = y[selected, torch.arange(n, device=x.device)[:, None]]  # [N, k, d]
-    return (picked * gates[..., None]).sum(1), logits, selected
+def _moe(w: dict, p: str, x: Tensor, top_k: int, replay: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+    """x [S, N, d]. Every expert on every token as two flat GEMMs per seed,
+    y = sum_e c_e SwiGLU_e(x) with c_e = g_e on the top-k set and 0 elsewhere (one fixed-order
+    reduction over E x f: deterministic)."""
+    s_, n, d = x.shape
+    e, _, f = w[p + "w_gate"].shape[1:]
+    logits = _bmm(x, w[p + "router"])  # [S, N, E]
+    selected, gates = route(logits, top_k, replay)
+    gate_up = torch.cat([w[p + "w_gate"], w[p + "w_up"]], -1).permute(0, 2, 1, 3).reshape(s_, d, e * 2 * f)
+    gu = _bmm(x, gate_up).view(s_, n, e, 2 * f)
+    h = F.silu(gu[..., :f]) * gu[..., f:]  # [S, N, E, f]
+    combine = torch.zeros_like(logits).scatter(-1, selected, gates)  # [S, N, E]
+    out = _bmm((h * combine[..., None]).reshape(s_, n, e * f), w[p + "w_down"].reshape(s_, e * f, d))
+    return out, logits, selected
 
 
-def _dense(mlp: DenseMLP, x: Tensor) -> Tensor:
-    return (F.silu(x @ mlp.w_gate) * (x @ mlp.w_up)) @ mlp.w_down
-
-
-def forward(policy: Policy, tokens: Tensor, replay: Tensor | None = None) -> TrainOutput:
-    """Full-sequence float32 forward. tokens [B, T]; replay [B, T, L, k] or None."""
-    cfg = policy.cfg
-    b, t = tokens.shape
+def forward(model: Policy | PolicyPack, tokens: Tensor, replay: Tensor | None = None) -> TrainOutput:
+    """Full-sequence float32 forward. A policy: tokens [B, T], replay [B, T, L, k] or None; a
+    pack: tokens [S, B, T], replay [S, B, T, L, k] (outputs with the leading S axis)."""
+    single = not isinstance(model, PolicyPack)
+    if single:
+        tokens = tokens[None]
+        replay = None if replay is None else replay[None]
+    cfg, w = model.cfg, stacked_weights(model)
+    s_, b, t = tokens.shape
     cos, sin = rope_tables(torch.arange(t, device=tokens.device), cfg.d_model // cfg.n_heads, cfg.rope_theta)
-    x = policy.embed[tokens]
+    seeds = torch.arange(s_, device=tokens.device)[:, None, None]
+    x = w["embed"][seeds, tokens]  # [S, B, T, d]
     router_logits, selected = [], []
-    for li, block in enumerate(policy.blocks):
-        block: Block
-        x = x + _attention(block.attn, rms_norm(x, block.attn_norm, cfg.norm_eps), cos, sin, cfg.norm_eps)
-        hn = rms_norm(x, block.ffn_norm, cfg.norm_eps).reshape(b * t, -1)
-        if policy.is_moe:
-            rep = None if replay is None else replay[:, :, li].reshape(b * t, -1)
-            out, logits, sel = _moe(block.ffn, hn, rep)
-            router_logits.append(logits.view(b, t, -1))
-            selected.append(sel.view(b, t, -1))
+    for li in range(cfg.n_layers):
+        p = f"blocks.{li}."
+        x = x + _attention(w, p + "attn.", _rms(x, w[p + "attn_norm"], cfg.norm_eps), cos, sin, cfg)
+        hn = _rms(x, w[p + "ffn_norm"], cfg.norm_eps).reshape(s_, b * t, -1)
+        if model.is_moe:
+            rep = None if replay is None else replay[:, :, :, li].reshape(s_, b * t, -1)
+            out, logits, sel = _moe(w, p + "ffn.", hn, cfg.top_k, rep)
+            router_logits.append(logits.view(s_, b, t, -1))
+            selected.append(sel.view(s_, b, t, -1))
         else:
-            out = _dense(block.ffn, hn)
-        x = x + out.view(b, t, -1)
-    logits = rms_norm(x, policy.final_norm, cfg.norm_eps) @ policy.lm_head
-    if not policy.is_moe:
-        return TrainOutput(logits, None, None)
-    return TrainOutput(logits, torch.stack(router_logits, 2), torch.stack(selected, 2))
+            out = _bmm(F.silu(_bmm(hn, w[p + "ffn.w_gate"])) * _bmm(hn, w[p + "ffn.w_up"]), w[p + "ffn.w_down"])
+        x = x + out.view(s_, b, t, -1)
+    logits = _bmm(_rms(x, w["final_norm"], cfg.norm_eps), w["lm_head"])
+    rl = sel = None
+    if model.is_moe:
+        rl, sel = torch.stack(router_logits, -2), torch.stack(selected, -2)
+    if single:
+        return TrainOutput(logits[0], None if rl is None else rl[0], None if sel is None else sel[0])
+    return TrainOutput(logits, rl, sel)
 
 
 def response_view(out: TrainOutput, tokens: Tensor, prompt_len: int, with_entropy: bool = False) -> PolicyForward:
