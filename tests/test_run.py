@@ -41,7 +41,8 @@ def test_same_spec_and_seed_give_identical_curves_and_other_seeds_differ(tiny_ov
         cfg = load(tiny_overrides("estimator=tis", f"seed={seed}", f"tracking.experiment=t{i}", steps=8, name=f"r{i}"))
         summary = execute(cfg, progress=False)
         curves.append({"run_id": summary.run_id, **{k: history(cfg, summary, k) for k in CURVES}})
-    assert curves[0] == curves[1] and len({c["run_id"] for c in curves}) == 3
+    assert len({c.pop("run_id") for c in curves}) == 3  # three runs, really trained
+    assert curves[0] == curves[1]
     assert curves[0][M.REWARD_MEAN] != curves[2][M.REWARD_MEAN]
 
 
