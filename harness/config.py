@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import types
 import typing
 from dataclasses import asdict, dataclass, field
@@ -216,6 +217,8 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(key, f"expected a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ConfigError(key, f"must be a finite number, got {value!r}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
@@ -245,6 +248,47 @@ def _one_of(value: Any, allowed: tuple, key: str) -> None:
     _require(value in allowed, key, f"unknown value {value!r}; allowed: {', '.join(map(str, allowed))}")
 
 
+#: Upper bounds where a value can hang a run or exhaust memory (a typo such as ``estimator.n=1e9`` is
+#: refused before anything runs). Each is far above what the experiments use (n <= 16, 300 steps, 128
+#: sequences per local step, 512 per verl step); raise one here if a study needs more.
+LIMITS = {
+    "estimator.n": 64,  # inference passes per step (cost ~ n)
+    "trainer.steps": 100_000,
+    "trainer.prompts_per_step": 8192,
+    "trainer.group_size": 1024,
+    "trainer.ppo_epochs": 100,
+    "batch": 65_536,  # prompts_per_step * group_size sequences per step
+    "diagnostics.noise_passes": 64,
+    "diagnostics.noise_sequences": 65_536,
+    "task.warmstart.max_steps": 100_000,
+    "task.warmstart.batch_size": 65_536,
+    "model.d_model": 65_536, "model.n_layers": 1024, "model.n_heads": 1024, "model.n_experts": 4096,
+    "model.d_expert": 262_144,
+    "backend.threads": 1024,
+}
+#: Seed policy: an integer in [0, 2**31) (what every RNG of the stack accepts; negative seeds are refused).
+SEED_MAX = 2**31
+NAME_MAX = 200
+
+
+def _at_most(value: int, key: str) -> None:
+    _require(value <= LIMITS[key], key, f"must be <= {LIMITS[key]} (harness.config.LIMITS), got {value}")
+
+
+def _safe_name(value: Optional[str], key: str, required: bool = True) -> None:
+    """A name that becomes a path component (``runs/<experiment>/``, ``figures/<experiment>/``): not empty,
+    no ``/``, ``\\`` or NUL, not ``.``/``..``, no leading/trailing blanks, at most NAME_MAX characters;
+    spaces inside are fine."""
+    if value is None:
+        _require(not required, key, "must be set")
+        return
+    bad = [c for c in ("/", "\\", "\0") if c in value]
+    _require(bool(value.strip()) and value == value.strip() and not bad and value not in (".", "..")
+             and len(value) <= NAME_MAX, key,
+             f"must be a plain name (a folder name: no '/', '\\', NUL, '.' or '..', no leading/trailing blanks, "
+             f"<= {NAME_MAX} characters), got {value!r}")
+
+
 ESTIMATOR_PARAMS = {  # which estimator uses which knob (others must stay unset)
     "mean_n": ("n",),
     "tis": ("clip_c", "level"),
@@ -263,8 +307,12 @@ def validate(cfg: RunConfig) -> RunConfig:
             _require(getattr(e, knob) is not None, f"estimator.{knob}", f"required by estimator {e.name}")
         elif getattr(e, knob) is not None:
             raise ConfigError(f"estimator.{knob}", f"not a parameter of estimator {e.name} (its parameters: {', '.join(used) or 'none'})")
+    _require(0 <= cfg.seed < SEED_MAX, "seed", f"must be an integer in [0, 2**31), got {cfg.seed}")
+    _safe_name(cfg.tracking.experiment, "tracking.experiment")
+    _safe_name(cfg.tracking.run_name, "tracking.run_name", required=False)
     if e.n is not None:
         _require(e.n >= 1, "estimator.n", f"must be an integer >= 1, got {e.n}")
+        _at_most(e.n, "estimator.n")
     if e.clip_c is not None:
         _require(e.clip_c > 1, "estimator.clip_c", f"the cap C must be > 1, got {e.clip_c}")
     if e.level is not None:
@@ -283,12 +331,21 @@ def validate(cfg: RunConfig) -> RunConfig:
     _require(m.d_model % m.n_heads == 0 and (m.d_model // m.n_heads) % 2 == 0, "model.n_heads",
              f"d_model/n_heads must be an even integer (RoPE), got {m.d_model}/{m.n_heads}")
     _require(m.top_k <= m.n_experts, "model.top_k", f"must be <= n_experts={m.n_experts}, got {m.top_k}")
+    for k in ("d_model", "n_layers", "n_heads", "n_experts", "d_expert"):
+        _at_most(getattr(m, k), f"model.{k}")
 
     t = cfg.task
     _one_of(t.name, TASKS, "task")
     _one_of(t.reward, ("partial", "exact"), "task.reward")
     _require(1 <= t.length <= 12, "task.length", f"must be in [1, 12], got {t.length}")
     _require(0 <= t.warmstart.target_reward < 1, "task.warmstart.target_reward", "must be in [0, 1)")
+    ws = t.warmstart
+    for k in ("max_steps", "batch_size", "eval_every"):
+        _require(getattr(ws, k) >= (0 if k == "max_steps" else 1), f"task.warmstart.{k}",
+                 f"must be >= {0 if k == 'max_steps' else 1}, got {getattr(ws, k)}")
+    _at_most(ws.max_steps, "task.warmstart.max_steps")
+    _at_most(ws.batch_size, "task.warmstart.batch_size")
+    _require(ws.lr > 0, "task.warmstart.lr", f"must be > 0, got {ws.lr}")
 
     b = cfg.backend
     _one_of(b.name, ("local", "verl"), "backend")
@@ -301,6 +358,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         _require(m.path is None, "model.path", f"a checkpoint path is for backend=verl; the local backend builds {m.name} from its config")
     _one_of(b.device, ("cpu", "cuda", "auto"), "backend.device")
     _require(b.threads >= 1, "backend.threads", f"must be >= 1, got {b.threads}")
+    _at_most(b.threads, "backend.threads")
 
     i = cfg.inference
     _one_of(i.dtype, DTYPES, "inference.dtype")
@@ -315,7 +373,11 @@ def validate(cfg: RunConfig) -> RunConfig:
     _require(tr.steps >= 1, "trainer.steps", f"must be >= 1, got {tr.steps}")
     _require(tr.group_size >= 2, "trainer.group_size", f"GRPO needs >= 2 responses per prompt, got {tr.group_size}")
     _require(tr.prompts_per_step >= 1, "trainer.prompts_per_step", f"must be >= 1, got {tr.prompts_per_step}")
+    for k in ("steps", "prompts_per_step", "group_size", "ppo_epochs"):
+        _at_most(getattr(tr, k), f"trainer.{k}")
     batch = tr.prompts_per_step * tr.group_size
+    _require(batch <= LIMITS["batch"], "trainer.prompts_per_step",
+             f"prompts_per_step * group_size must be <= {LIMITS['batch']} sequences, got {batch}")
     _require(tr.num_minibatches >= 1 and batch % tr.num_minibatches == 0, "trainer.num_minibatches",
              f"must divide the batch of {batch} sequences, got {tr.num_minibatches}")
     _require(tr.ppo_epochs >= 1, "trainer.ppo_epochs", f"must be >= 1, got {tr.ppo_epochs}")
@@ -325,6 +387,10 @@ def validate(cfg: RunConfig) -> RunConfig:
     _require(tr.checkpoint_every >= 0, "trainer.checkpoint_every", "must be >= 0")
     _require(cfg.diagnostics.noise_passes in (0,) or cfg.diagnostics.noise_passes >= 2,
              "diagnostics.noise_passes", "must be 0 (off) or >= 2")
+    _at_most(cfg.diagnostics.noise_passes, "diagnostics.noise_passes")
+    _require(cfg.diagnostics.noise_sequences >= 1, "diagnostics.noise_sequences",
+             f"must be >= 1, got {cfg.diagnostics.noise_sequences}")
+    _at_most(cfg.diagnostics.noise_sequences, "diagnostics.noise_sequences")
     return cfg
 
 

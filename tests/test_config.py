@@ -47,3 +47,28 @@ def test_group_signature_is_the_signature_without_the_seed():
     assert a.signature != b.signature and a.group_signature == b.group_signature
     assert a.group_signature != c.group_signature
     assert load(["seed=0", "tracking.experiment=other"]).group_signature == a.group_signature
+
+
+@pytest.mark.parametrize("overrides, key, text", [
+    (["estimator=mean_n", "estimator.n=1e9"], "estimator.n", "<= "),  # hung at step 0 on 56d12ff
+    (["trainer.lr=inf"], "trainer.lr", "finite"),
+    (["inference.temperature=nan"], "inference.temperature", "finite"),
+    (["tracking.experiment=../../x"], "tracking.experiment", "plain name"),  # wrote outside the project
+    (["tracking.experiment=a/b"], "tracking.experiment", "plain name"),
+    (["tracking.run_name=.."], "tracking.run_name", "plain name"),
+    (["seed=-1"], "seed", "[0, 2**31)"),
+    (["seed=2147483648"], "seed", "[0, 2**31)"),
+    (["trainer.steps=1000000"], "trainer.steps", "<= "),
+    (["trainer.prompts_per_step=8192", "trainer.group_size=1024"], "trainer.prompts_per_step", "sequences"),
+    (["diagnostics.noise_passes=1000"], "diagnostics.noise_passes", "<= "),
+    (["task.warmstart.batch_size=0"], "task.warmstart.batch_size", ">= 1"),
+])
+def test_values_that_hang_escape_or_are_not_finite_are_refused(overrides, key, text):
+    with pytest.raises(ConfigError) as err:
+        load(overrides)
+    assert err.value.key == key and text in str(err.value), str(err.value)
+
+
+def test_limits_and_names_accept_what_the_experiments_use():
+    cfg = load(["estimator=mean_n", "estimator.n=16", "seed=2147483647", "tracking.experiment=my study 2"])
+    assert cfg.run_dir.parent.name == "my study 2" and cfg.seed == 2**31 - 1
