@@ -150,6 +150,8 @@ def validate(cfg: "RunConfig") -> "RunConfig":
                  f"router logits, plugins/rais_fsdp.py); verl.strategy={v.strategy} has no such patch: verl's "
                  "megatron engine gives policy losses no router log-probs. Use verl.strategy=fsdp2")
         _require(m.kind == "moe", "estimator", f"rais needs an MoE router; model {m.name} is {m.kind}")
+        _require(p.use_remove_padding, "verl.parallel.use_remove_padding",
+                 "rais on verl reads the router logits of the packed (remove-padding) forward: set it true")
         _require(v.experimental_rais, "estimator",
                  "rais on verl: the FSDP router patch and the 'harness_rais' loss are tested on CPU with a tiny HF "
                  "Qwen3-MoE but have not run on a GPU (docs/verl.md, 'RAIS'). Set verl.experimental_rais=true")
