@@ -1,7 +1,7 @@
 # The two commands of the README. Both install into .venv first (scripts/install.sh).
 PY := .venv/bin/python
 
-.PHONY: install install-test demo test probe bench results clean
+.PHONY: install install-test demo test probe bench results clean verl-smoke verl-pass-variance
 
 install:
 	bash scripts/install.sh
@@ -41,6 +41,16 @@ results: install
 
 bench: install-test
 	$(PY) benchmarks/rollout_speed.py
+
+# verl on a GPU box with vLLM (pip install -e '.[cluster]'); never in CI, not yet run by the project.
+# One training step per estimator with a tiny random Qwen3-MoE (docs/verl.md, "GPU checks").
+verl-smoke:
+	$(PY) scripts/verl_smoke.py
+# mean_n's vLLM re-scoring passes: pass-to-pass spread, concurrent vs sequential (MODEL=..., TP=...).
+MODEL ?= Qwen/Qwen3-30B-A3B
+TP ?= 4
+verl-pass-variance:
+	$(PY) scripts/verl_pass_variance.py --model $(MODEL) --tp $(TP)
 
 clean:
 	rm -rf runs figures .cache/warmstart

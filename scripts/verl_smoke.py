@@ -1,0 +1,108 @@
+"""One training step of the verl backend per estimator, with a tiny random Qwen3-MoE (``make verl-smoke``).
+
+For a machine with a GPU, vLLM and the cluster extra (``pip install -e '.[cluster]'``). It has NOT
+been run by the project yet (no GPU, no vLLM where it was written): it is the first thing to run on
+a GPU box. Per estimator it runs the real path end to end, ``python -m harness.run backend=verl
+... trainer.steps=1`` (preflight, MLflow run, verl's legacy trainer, vLLM rollout, one update), on
+one GPU, and prints one line per estimator; the exit status is the number of failures.
+
+The tiny model (2 layers, 8 experts, top-2, a word-level tokenizer with a chat template) and the
+sort data are written under --work; nothing is downloaded. r3 uses verl's megatron engine (TP1,
+EP1); every other estimator the FSDP2 preset (rais: our router patch, plugins/rais_fsdp.py).
+
+    python scripts/verl_smoke.py [--estimators tis,mis] [--work runs/verl_smoke] [--gpus 1]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+ESTIMATORS = ("rollout", "recompute", "tis", "mis", "icepop", "r3", "mean_n", "rais", "deterministic")
+WORDS = ("sort these digits in ascending order write the sorted separated by spaces think briefly then output "
+         "final answer after #### . : \" , 0 1 2 3 4 5 6 7 8 9").split()
+
+
+def tiny_model(out: Path) -> Path:
+    """A random 2-layer Qwen3-MoE checkpoint with a word-level tokenizer (no download)."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    if (out / "config.json").exists():
+        return out
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "[UNK]"]
+    vocab = {w: i for i, w in enumerate(specials + sorted(set(WORDS)))}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   unk_token="[UNK]")
+    fast.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }} {{ m['content'] }}<|im_end|>"
+                          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant {% endif %}")
+    fast.save_pretrained(out)
+    cfg = Qwen3MoeConfig(vocab_size=64, hidden_size=128, intermediate_size=256, moe_intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                         num_experts=8, num_experts_per_tok=2, max_position_embeddings=2048,
+                         architectures=["Qwen3MoeForCausalLM"])
+    torch.manual_seed(0)
+    Qwen3MoeForCausalLM(cfg).to(torch.bfloat16).save_pretrained(out)
+    return out
+
+
+def overrides(estimator: str, model: Path, work: Path, gpus: int) -> list[str]:
+    common = ["backend=verl", f"estimator={estimator}", f"model.path={model}", "task=sort", "task.length=3",
+              f"verl.data.root={work / 'data'}", f"out_dir={work / 'runs' / estimator}",
+              f"tracking.uri=sqlite:///{work / 'mlruns.db'}", "tracking.experiment=verl_smoke",
+              "trainer.steps=1", "trainer.prompts_per_step=4", "trainer.group_size=2", "trainer.num_minibatches=1",
+              "trainer.lr=1e-6", "trainer.checkpoint_every=0", f"verl.gpus_per_node={gpus}",
+              "verl.data.max_prompt_length=64", "verl.data.max_response_length=16",
+              "verl.parallel.rollout_tp=1", "verl.parallel.gpu_memory_utilization=0.3",
+              "verl.parallel.max_token_len_per_gpu=2048"]
+    if estimator == "r3":
+        return [*common, "model=qwen3_30b_a3b", "verl.parallel.tp=1", "verl.parallel.ep=1", "verl.parallel.etp=1",
+                "verl.parallel.cpu_adam=false"]
+    extra = ["verl.experimental_rais=true"] if estimator == "rais" else []
+    if estimator == "mean_n":
+        extra = ["estimator.n=2"]
+    return [*common, "model=qwen3_30b_a3b_fsdp", "verl.parallel.cpu_adam=false", *extra]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--estimators", default=",".join(ESTIMATORS))
+    ap.add_argument("--work", default=str(ROOT / "runs" / "verl_smoke"))
+    ap.add_argument("--gpus", type=int, default=1)
+    args = ap.parse_args(argv)
+    work = Path(args.work).resolve()
+    estimators = [e for e in args.estimators.split(",") if e]
+    unknown = [e for e in estimators if e not in ESTIMATORS]
+    if unknown:
+        print(f"error: unknown estimator(s) {unknown}; allowed: {', '.join(ESTIMATORS)}", file=sys.stderr)
+        return 2
+    from harness.backends.verl.data import prepare
+
+    model = tiny_model(work / "tiny_qwen3_moe")
+    prepare("sort", root=work / "data", length=3, n_train=64, n_test=8)
+    failed = 0
+    for est in estimators:
+        t0 = time.time()
+        argv_ = [sys.executable, "-m", "harness.run", *overrides(est, model, work, args.gpus)]
+        proc = subprocess.run(argv_, cwd=ROOT, capture_output=True, text=True)
+        log = work / "logs" / f"{est}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(proc.stdout + proc.stderr)
+        ok = proc.returncode == 0
+        failed += not ok
+        print(json.dumps({"estimator": est, "ok": ok, "rc": proc.returncode, "seconds": round(time.time() - t0, 1),
+                          "log": str(log)}), flush=True)
+    return failed
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
