@@ -129,14 +129,22 @@ def response_view(out: TrainOutput, tokens: Tensor, prompt_len: int, with_entrop
 
 
 class TrainEngine:
-    """Owns the float32 policy; ``logprobs`` is the recompute path, ``forward`` the update path."""
+    """Owns the float32 policy (or seed pack); ``logprobs`` is the recompute path, ``forward`` the
+    update path. For a pack of S seeds, tokens/replay are [S B, ...] with seed-major rows."""
 
-    def __init__(self, policy: Policy):
+    def __init__(self, policy: Policy | PolicyPack):
         self.policy = policy
 
     def forward(self, tokens: Tensor, prompt_len: int, replay: Tensor | None = None,
                 with_entropy: bool = False) -> PolicyForward:
-        return response_view(forward(self.policy, tokens, replay), tokens, prompt_len, with_entropy)
+        if not isinstance(self.policy, PolicyPack):
+            return response_view(forward(self.policy, tokens, replay), tokens, prompt_len, with_entropy)
+        s_ = self.policy.size
+        seeds = lambda x: None if x is None else x.reshape(s_, -1, *x.shape[1:])  # noqa: E731
+        out = forward(self.policy, seeds(tokens), seeds(replay))
+        flat = lambda x: None if x is None else x.flatten(0, 1)  # noqa: E731
+        return response_view(TrainOutput(flat(out.logits), flat(out.router_logits), flat(out.selected)), tokens,
+                             prompt_len, with_entropy)
 
     @torch.no_grad()
     def logprobs(self, tokens: Tensor, prompt_len: int, replay: Tensor | None = None) -> PolicyForward:

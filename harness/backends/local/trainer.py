@@ -1,14 +1,19 @@
-"""One GRPO/PPO training step of the local backend, and its state for exact resume.
+"""GRPO/PPO training steps of the local backend for a seed pack (S seeds of one spec), and the
+per-seed state for exact resume. A plain run is a pack of one (``LocalTrainer``).
 
-    rollout  : InferenceEngine.generate          -> tokens, logp_roll, routed experts
+    rollout  : InferenceEngine.generate          -> tokens, logp_roll, routed experts   [S, B, ...]
     reward   : task reward, GRPO advantages A = (r - mean_group) / (std_group + eps)
     old      : Estimator.old_policy(context)      -> OldPolicy(logp, weight, mask, replay)
-    update   : ppo_epochs x num_minibatches optimiser steps on
-               L = -sum_t m_t w_t min(r_t A, clip(r_t, 1-eps, 1+eps) A) / sum_t m_t
+    update   : ppo_epochs x num_minibatches optimiser steps on, per seed,
+               L_s = -sum_t m_t w_t min(r_t A, clip(r_t, 1-eps, 1+eps) A) / sum_t m_t
     sync     : the inference engine reloads the new weights (as verl syncs vLLM)
 
-The trainer only calls the estimator's hooks; it never branches on an estimator's name. All
-randomness comes from named generators whose states are part of ``state_dict`` (exact resume).
+Every tensor carries the seed axis (stacked weights, batched GEMMs); the estimator sees the S x B
+rows of the pack as one batch (its hooks are row-wise). Every random draw comes from the seed's
+own named generators, checkpointed per seed, and every per-seed quantity (loss, gradient norm,
+optimiser step, metrics) is reduced within the seed's slice only: a seed's curve is bitwise the
+same alone or in a pack (tests/backends/local/test_pack.py). The trainer only calls the
+estimator's hooks; it never branches on an estimator's name.
 """
 from __future__ import annotations
 
@@ -22,6 +27,8 @@ from torch import Tensor
 from harness import estimators
 from harness import metrics as M
 from harness.backends.local.inference_engine import InferenceEngine, Rollout
+from harness.backends.local.model import PolicyPack
+from harness.backends.local.optim import PackAdamW
 from harness.backends.local.tasks import Task
 from harness.backends.local.train_engine import TrainEngine
 from harness.backends.local.warmstart import warm_start
@@ -35,21 +42,30 @@ def grpo_advantages(reward: Tensor, group_size: int, eps: float = 1e-6) -> Tenso
     return ((g - g.mean(-1, keepdim=True)) / (g.std(-1, keepdim=True) + eps)).view(-1)
 
 
-def ppo_loss(ratio: Tensor, adv: Tensor, weight: Tensor, mask: Tensor, clip_eps: float) -> tuple[Tensor, Tensor]:
-    """Token-mean PPO-clipped loss over unmasked tokens, and the clipped share."""
+def ppo_losses(ratio: Tensor, adv: Tensor, weight: Tensor, mask: Tensor, clip_eps: float) -> tuple[Tensor, Tensor]:
+    """Per seed: the token-mean PPO-clipped loss over unmasked tokens, and the clipped share.
+    ratio, weight, mask: [S, B, R]; adv [S, B, 1] -> ([S], [S])."""
     clipped = ratio.clamp(1 - clip_eps, 1 + clip_eps)
     pg = torch.minimum(ratio * adv, clipped * adv)
-    denom = mask.sum().clamp(min=1.0)
-    loss = -(weight * pg * mask).sum() / denom
-    clipfrac = (((ratio - 1).abs() > clip_eps).float() * mask).sum() / denom
+    denom = mask.sum((1, 2)).clamp(min=1.0)
+    loss = -(weight * pg * mask).sum((1, 2)) / denom
+    clipfrac = (((ratio - 1).abs() > clip_eps).float() * mask).sum((1, 2)) / denom
     return loss, clipfrac
 
 
-class OldPolicyContext:
-    """Lazy, cached access to what estimators may use; each quantity is computed once."""
+def ppo_loss(ratio: Tensor, adv: Tensor, weight: Tensor, mask: Tensor, clip_eps: float) -> tuple[Tensor, Tensor]:
+    """Token-mean PPO-clipped loss over unmasked tokens [B, R], and the clipped share."""
+    loss, clipfrac = ppo_losses(ratio[None], adv[None], weight[None], mask[None], clip_eps)
+    return loss[0], clipfrac[0]
 
-    def __init__(self, train: TrainEngine, infer: InferenceEngine, roll: Rollout, prompt_len: int, mask: Tensor):
-        self.train, self.infer, self.roll, self.prompt_len = train, infer, roll, prompt_len
+
+class OldPolicyContext:
+    """Lazy, cached access to what estimators may use; each quantity is computed once. For a pack
+    of S seeds every tensor is [S B, ...] (seed-major rows)."""
+
+    def __init__(self, train: TrainEngine, infer: InferenceEngine, roll: Rollout, prompt_len: int, mask: Tensor,
+                 size: int = 1):
+        self.train, self.infer, self.roll, self.prompt_len, self.size = train, infer, roll, prompt_len, size
         self.logp_roll = roll.logp
         self.mask = mask
         self.routed_experts = roll.routed_experts
@@ -63,73 +79,99 @@ class OldPolicyContext:
         return self._recompute[key]
 
     def score(self, n: int) -> Tensor:
+        """[n, S B, R] fresh inference scorings (one batched forward over S x n x B rows)."""
         if self._scores is None or self._scores.shape[0] != n:
-            self._scores = self.infer.score(self.roll.tokens, self.prompt_len, n)
+            tokens = self.roll.tokens
+            if self.infer.packed:
+                s = self.infer.score(tokens.view(self.size, -1, tokens.shape[-1]), self.prompt_len, n)  # [S, n, B, R]
+                self._scores = s.transpose(0, 1).reshape(n, -1, s.shape[-1])
+            else:
+                self._scores = self.infer.score(tokens, self.prompt_len, n)
         return self._scores
 
 
-def _masked_mean(x: Tensor, mask: Tensor) -> float:
-    return ((x * mask).sum() / mask.sum().clamp(min=1.0)).item()
+def _seed_mean(x: Tensor, mask: Tensor) -> Tensor:
+    """Masked mean within each seed's slice: [S, ...] -> [S]."""
+    dims = tuple(range(1, x.dim()))
+    return (x * mask).sum(dims) / mask.sum(dims).clamp(min=1.0)
 
 
-class LocalTrainer:
-    def __init__(self, cfg: RunConfig, device: torch.device):
-        self.cfg, self.device = cfg, device
-        policy, self.warmstart = warm_start(cfg.model, cfg.task, cfg.seed)
-        self.policy = policy.to(device)
+def _flat(roll: Rollout) -> Rollout:
+    return Rollout(*(None if v is None else v.flatten(0, 1) for v in (roll.tokens, roll.logp, roll.routed_experts,
+                                                                        roll.router_logp)))
+
+
+class PackTrainer:
+    """S seeds of one spec (``cfgs`` differ only in ``seed``) trained as one stacked model."""
+
+    def __init__(self, cfgs: list[RunConfig], device: torch.device):
+        sigs = {c.group_signature for c in cfgs}
+        if len(sigs) != 1:
+            raise ValueError(f"a seed pack trains seeds of one spec; got specs {sorted(sigs)}")
+        self.cfgs, self.cfg, self.device = cfgs, cfgs[0], device
+        self.seeds = [c.seed for c in cfgs]
+        self.size = len(cfgs)
+        cfg = self.cfg
+        policies, self.warmstarts = zip(*(warm_start(cfg.model, cfg.task, s) for s in self.seeds))
+        self.warmstarts = list(self.warmstarts)
+        self.policy = PolicyPack.of(list(policies)).to(device)
         self.train = TrainEngine(self.policy)
         self.estimator = estimators.build(cfg.estimator)
         icfg = cfg.inference
         if self.estimator.requires_deterministic_inference:
             icfg = dataclasses.replace(icfg, deterministic=True)
-        self.infer = InferenceEngine(self.policy, icfg, cfg.seed, device)
+        self.infer = InferenceEngine(self.policy, icfg, self.seeds, device)
         self.task = Task(cfg.task)
-        self.data_gen = torch.Generator().manual_seed(cfg.seed * 1000 + 3)
-        self.shuffle_gen = torch.Generator().manual_seed(cfg.seed * 1000 + 4)
-        self.diag_gen = torch.Generator(device).manual_seed(cfg.seed * 1000 + 5)
+        self.data_gens = [torch.Generator().manual_seed(s * 1000 + 3) for s in self.seeds]
+        self.shuffle_gens = [torch.Generator().manual_seed(s * 1000 + 4) for s in self.seeds]
+        self.diag_gens = [torch.Generator(device).manual_seed(s * 1000 + 5) for s in self.seeds]
         tr = cfg.trainer
-        self.opt = torch.optim.AdamW(self.policy.parameters(), lr=tr.lr, weight_decay=tr.weight_decay)
+        self.opt = PackAdamW(self.policy.weights(), lr=tr.lr, weight_decay=tr.weight_decay)
         self.step = 0
 
     # ---------------------------------------------------------------------------- state
-    def state_dict(self) -> dict:
+    def seed_state(self, s: int) -> dict:
+        """Everything seed ``s`` needs to resume, alone or in any pack."""
         return {
             "step": self.step,
-            "policy": self.policy.state_dict(),
-            "opt": self.opt.state_dict(),
-            "data_gen": self.data_gen.get_state(),
-            "shuffle_gen": self.shuffle_gen.get_state(),
-            "diag_gen": self.diag_gen.get_state(),
-            "infer": self.infer.state(),
+            "policy": self.policy.policy_state(s),
+            "opt": self.opt.state(s),
+            "data_gen": self.data_gens[s].get_state(),
+            "shuffle_gen": self.shuffle_gens[s].get_state(),
+            "diag_gen": self.diag_gens[s].get_state(),
+            "infer": self.infer.state(s),
         }
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_seed_state(self, s: int, state: dict) -> None:
+        if state["step"] != self.step and s > 0:
+            raise ValueError(f"seed {self.seeds[s]} is at step {state['step']}, the pack at {self.step}")
         self.step = state["step"]
-        self.policy.load_state_dict(state["policy"])
-        self.opt.load_state_dict(state["opt"])
-        self.data_gen.set_state(state["data_gen"])
-        self.shuffle_gen.set_state(state["shuffle_gen"])
-        self.diag_gen.set_state(state["diag_gen"])
-        self.infer.load_state(state["infer"])
+        self.policy.load_policy_state(s, state["policy"])
+        self.opt.load_state(s, state["opt"])
+        self.data_gens[s].set_state(state["data_gen"])
+        self.shuffle_gens[s].set_state(state["shuffle_gen"])
+        self.diag_gens[s].set_state(state["diag_gen"])
+        self.infer.load_state(state["infer"], s)
         self.infer.load_weights(self.policy)
 
     # ----------------------------------------------------------------------------- step
-    def run_step(self) -> dict[str, float]:
-        cfg, tr, dev = self.cfg, self.cfg.trainer, self.device
+    def run_step(self) -> list[dict[str, float]]:
+        """One step of every seed; the metrics of each seed."""
+        tr, dev, n_s = self.cfg.trainer, self.device, self.size
         t_step = time.perf_counter()
-        prompts, answers = self.task.sample(tr.prompts_per_step, self.data_gen)
-        prompts = prompts.repeat_interleave(tr.group_size, 0).to(dev)
-        answers = answers.repeat_interleave(tr.group_size, 0).to(dev)
+        sampled = [self.task.sample(tr.prompts_per_step, g) for g in self.data_gens]
+        prompts = torch.stack([p for p, _ in sampled]).repeat_interleave(tr.group_size, 1).to(dev)  # [S, B, P]
+        answers = torch.stack([a for _, a in sampled]).repeat_interleave(tr.group_size, 1).to(dev)
         pl = self.task.prompt_len
 
         t = time.perf_counter()
-        roll = self.infer.generate(prompts, self.task.answer_len)
+        roll = _flat(self.infer.generate(prompts, self.task.answer_len))  # [S B, ...]
         t_roll = time.perf_counter() - t
-        reward, exact = self.task.reward(roll.tokens[:, pl:], answers)
+        reward, exact = self.task.reward(roll.tokens[:, pl:], answers.flatten(0, 1))
         adv = grpo_advantages(reward, tr.group_size)
         mask = torch.ones_like(roll.logp)
 
-        ctx = OldPolicyContext(self.train, self.infer, roll, pl, mask)
+        ctx = OldPolicyContext(self.train, self.infer, roll, pl, mask, n_s)
         t = time.perf_counter()
         old = self.estimator.old_policy(ctx)
         t_old = time.perf_counter() - t
@@ -145,87 +187,119 @@ class LocalTrainer:
         self.step += 1
 
         t_all = time.perf_counter() - t_step
-        out.update({
-            M.REWARD_MEAN: reward.mean().item(), M.REWARD_STD: reward.std().item(),
-            M.REWARD_ACCURACY: exact.mean().item(),
-            M.TIME_ROLLOUT: t_roll, M.TIME_OLD_LOGPROB: t_old, M.TIME_UPDATE: t_update,
-            M.TIME_DIAGNOSTICS: t_diag, M.TIME_STEP: t_all,
-            M.TOKENS_PER_S: roll.logp.numel() / max(t_roll, 1e-9),
-        })
-        return out
+        r = reward.view(n_s, -1)
+        out.update({M.REWARD_MEAN: r.mean(1), M.REWARD_STD: r.std(1), M.REWARD_ACCURACY: exact.view(n_s, -1).mean(1)})
+        keys = list(out)
+        table = torch.stack([out[k].detach().double().reshape(n_s) for k in keys], 1).tolist()  # one sync
+        per_seed = [dict(zip(keys, row)) for row in table]
+        tokens = roll.logp.numel() // n_s
+        for values in per_seed:  # wall times are the pack's (per step of every seed together)
+            values.update({M.TIME_ROLLOUT: t_roll, M.TIME_OLD_LOGPROB: t_old, M.TIME_UPDATE: t_update,
+                           M.TIME_DIAGNOSTICS: t_diag, M.TIME_STEP: t_all,
+                           M.TOKENS_PER_S: tokens / max(t_roll, 1e-9)})
+        return per_seed
 
-    def _diagnostics(self, ctx: OldPolicyContext, old: OldPolicy, roll: Rollout, mask: Tensor) -> dict[str, float]:
-        out: dict[str, float] = {}
-        logp_roll = roll.logp
+    def _diagnostics(self, ctx: OldPolicyContext, old: OldPolicy, roll: Rollout, mask: Tensor) -> dict[str, Tensor]:
+        n_s = self.size
+        seeds = lambda x: x.reshape(n_s, -1, *x.shape[1:])  # noqa: E731  [S B, ...] -> [S, B, ...]
+        out: dict[str, Tensor] = {}
+        logp_roll, m = seeds(roll.logp), seeds(mask)
         rec = ctx.recompute()  # plain recompute (cached when the estimator used it)
         for prefix, logp in (("", old.logp), ("rec_", rec.logp)):
-            d = logp - logp_roll
-            out[f"mismatch/{prefix}k1"] = _masked_mean(-d, mask)
-            out[f"mismatch/{prefix}k3"] = _masked_mean(torch.expm1(d) - d, mask)
-        pdiff = (rec.logp.exp() - logp_roll.exp()).abs()
-        out[M.MISMATCH_PROB_DIFF_MAX] = pdiff.max().item()
-        out[M.MISMATCH_PROB_DIFF_MEAN] = _masked_mean(pdiff, mask)
+            d = seeds(logp) - logp_roll
+            out[f"mismatch/{prefix}k1"] = _seed_mean(-d, m)
+            out[f"mismatch/{prefix}k3"] = _seed_mean(torch.expm1(d) - d, m)
+        pdiff = (seeds(rec.logp).exp() - logp_roll.exp()).abs()
+        out[M.MISMATCH_PROB_DIFF_MAX] = pdiff.flatten(1).amax(1)
+        out[M.MISMATCH_PROB_DIFF_MEAN] = _seed_mean(pdiff, m)
 
         # the effective IS weight of the first update, under the pre-update weights
         start = ctx.recompute(old.replay)
-        w = old.weight * torch.exp((start.logp - old.logp).clamp(max=50.0))
-        m = old.mask
-        wm = w[m > 0]
-        out[M.IS_WEIGHT_MEAN] = wm.mean().item() if wm.numel() else float("nan")
-        out[M.IS_WEIGHT_MAX] = wm.max().item() if wm.numel() else float("nan")
-        out[M.IS_ESS] = (wm.sum() ** 2 / (wm.numel() * (wm ** 2).sum())).item() if wm.numel() else 0.0
-        out[M.IS_MASKED_FRAC] = 1.0 - ((old.mask * (old.weight != 0)).sum() / mask.sum()).item()
+        w = seeds(old.weight * torch.exp((start.logp - old.logp).clamp(max=50.0)))
+        om = seeds(old.mask) > 0
+        count = om.flatten(1).sum(1)
+        w_sum = (w * om).flatten(1).sum(1)
+        out[M.IS_WEIGHT_MEAN] = torch.where(count > 0, w_sum / count.clamp(min=1), float("nan"))
+        out[M.IS_WEIGHT_MAX] = torch.where(count > 0, w.masked_fill(~om, float("-inf")).flatten(1).amax(1),
+                                           float("nan"))
+        ess = w_sum ** 2 / (count.clamp(min=1) * (w * w * om).flatten(1).sum(1))
+        out[M.IS_ESS] = torch.where(count > 0, ess, 0.0)
+        kept = seeds(old.mask * (old.weight != 0)).flatten(1).sum(1)
+        out[M.IS_MASKED_FRAC] = 1.0 - kept / m.flatten(1).sum(1)
 
         if roll.routed_experts is not None and rec.selected is not None:
             pl = self.task.prompt_len
             roll_sel = roll.routed_experts[:, pl - 1:-1].sort(-1).values
             flips = (roll_sel != rec.selected.sort(-1).values).any(-1).any(-1).float()
-            out[M.MOE_ROUTING_FLIP_RATE] = flips.mean().item()
+            out[M.MOE_ROUTING_FLIP_RATE] = seeds(flips).flatten(1).mean(1)
             p_roll = roll.router_logp
-            out[M.MOE_ROUTER_KL] = (p_roll.exp() * (p_roll - rec.router_logp)).sum(-1).mean().item()
+            out[M.MOE_ROUTER_KL] = seeds((p_roll.exp() * (p_roll - rec.router_logp)).sum(-1)).flatten(1).mean(1)
 
         diag = self.cfg.diagnostics
         if diag.noise_passes >= 2:
-            rows = roll.tokens[: diag.noise_sequences]
-            s = self.infer.score(rows, self.task.prompt_len, diag.noise_passes, generator=self.diag_gen)
-            out[M.NOISE_VAR_ROLLOUT] = s.var(0, unbiased=False).mean().item()
+            rows = seeds(roll.tokens)[:, : diag.noise_sequences]
+            s = self.infer.score(rows, self.task.prompt_len, diag.noise_passes, generator=self.diag_gens)
+            out[M.NOISE_VAR_ROLLOUT] = s.var(1, unbiased=False).flatten(1).mean(1)
         return out
 
-    def _update(self, tokens: Tensor, pl: int, adv: Tensor, old: OldPolicy) -> dict[str, float]:
-        tr = self.cfg.trainer
-        b = tokens.shape[0]
+    def _update(self, tokens: Tensor, pl: int, adv: Tensor, old: OldPolicy) -> dict[str, Tensor]:
+        tr, n_s = self.cfg.trainer, self.size
+        b = tokens.shape[0] // n_s
         mb = b // tr.num_minibatches
-        params = list(self.policy.parameters())
+        params = self.policy.weights()
         max_norm = tr.max_grad_norm if tr.max_grad_norm is not None else math.inf
+        seeds = lambda x: x.reshape(n_s, -1, *x.shape[1:])  # noqa: E731
         losses, norms, clipfracs, kls, entropies = [], [], [], [], []
+        offset = (torch.arange(n_s) * b)[:, None]
         for _ in range(tr.ppo_epochs):
-            perm = torch.randperm(b, generator=self.shuffle_gen).to(tokens.device)
+            perm = torch.stack([torch.randperm(b, generator=g) for g in self.shuffle_gens]) + offset  # [S, B]
             for i in range(tr.num_minibatches):
-                idx = perm[i * mb:(i + 1) * mb]
+                idx = perm[:, i * mb:(i + 1) * mb].reshape(-1).to(tokens.device)  # seed-major rows
                 o = old.select(idx)
                 new = self.train.forward(tokens[idx], pl, o.replay, with_entropy=True)
                 ratio = self.estimator.ratio(new.logp, o, new)
-                loss, clipfrac = ppo_loss(ratio, adv[idx, None], o.weight, o.mask, tr.clip_eps)
+                loss, clipfrac = ppo_losses(seeds(ratio), seeds(adv[idx, None]), seeds(o.weight), seeds(o.mask),
+                                            tr.clip_eps)
                 if tr.entropy_coef:
-                    loss = loss - tr.entropy_coef * _t_masked_mean(new.entropy, o.mask)
-                self.opt.zero_grad(set_to_none=True)
-                loss.backward()
-                norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-                if torch.isfinite(loss) and torch.isfinite(norm):
-                    self.opt.step()
+                    loss = loss - tr.entropy_coef * _seed_mean(seeds(new.entropy), seeds(o.mask))
+                self.opt.zero_grad()
+                loss.sum().backward()  # the seeds' graphs are disjoint: each slice gets its own gradient
+                norm = torch.stack([torch.linalg.vector_norm(p.grad.flatten(1), dim=1) for p in params.values()], 1)
+                norm = torch.linalg.vector_norm(norm, dim=1)  # [S], as clip_grad_norm_ per seed
+                if math.isfinite(max_norm):
+                    coef = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+                    for p in params.values():
+                        p.grad.mul_(coef.view(-1, *([1] * (p.dim() - 1))))
+                self.opt.step(torch.isfinite(loss) & torch.isfinite(norm))
                 with torch.no_grad():
                     log_r = (new.logp - o.logp).clamp(-50, 50)
-                    kls.append(_masked_mean(torch.expm1(log_r) - log_r, o.mask))
-                    entropies.append(_masked_mean(new.entropy, o.mask))
-                losses.append(loss.item())
-                norms.append(norm.item())
-                clipfracs.append(clipfrac.item())
-        mean = lambda xs: sum(xs) / len(xs)  # noqa: E731  (NaN propagates: non-finite = collapse)
+                    kls.append(_seed_mean(seeds(torch.expm1(log_r) - log_r), seeds(o.mask)))
+                    entropies.append(_seed_mean(seeds(new.entropy), seeds(o.mask)))
+                losses.append(loss.detach())
+                norms.append(norm)
+                clipfracs.append(clipfrac)
+        mean = lambda xs: torch.stack(xs).sum(0) / len(xs)  # noqa: E731  (NaN propagates: non-finite = collapse)
         return {
             M.POLICY_LOSS: mean(losses), M.POLICY_GRAD_NORM: mean(norms), M.POLICY_CLIPFRAC: mean(clipfracs),
             M.POLICY_APPROX_KL: mean(kls), M.POLICY_ENTROPY: mean(entropies[: tr.num_minibatches]),
         }
 
 
-def _t_masked_mean(x: Tensor, mask: Tensor) -> Tensor:
-    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+class LocalTrainer(PackTrainer):
+    """One run: a pack of one seed, with the single-run API that ``harness.run`` uses."""
+
+    def __init__(self, cfg: RunConfig, device: torch.device):
+        super().__init__([cfg], device)
+
+    @property
+    def warmstart(self) -> dict:
+        return self.warmstarts[0]
+
+    def state_dict(self) -> dict:
+        return self.seed_state(0)
+
+    def load_state_dict(self, state: dict) -> None:
+        self.load_seed_state(0, state)
+
+    def run_step(self) -> dict[str, float]:  # type: ignore[override]
+        return super().run_step()[0]

@@ -1,0 +1,61 @@
+"""AdamW over a seed pack: stacked parameters [S, ...], one step count per seed, and a per-seed
+``active`` mask (a seed whose loss or gradient is non-finite skips its update, alone or in a pack).
+
+    p <- p (1 - lr wd)
+    m <- b1 m + (1 - b1) g            v <- b2 v + (1 - b2) g^2
+    p <- p - (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)        t = the seed's step
+
+(torch.optim.AdamW's update, decoupled weight decay.) Only single elementwise ops on whole tensors,
+with per-seed factors broadcast over the seed axis: slice s gets exactly the arithmetic of a pack of
+one, so a seed's curve does not depend on its pack.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+class PackAdamW:
+    def __init__(self, params: dict[str, Tensor], lr: float, weight_decay: float = 0.0,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+        self.params = params
+        self.lr, self.wd, self.betas, self.eps = lr, weight_decay, betas, eps
+        size = next(iter(params.values())).shape[0]
+        self.t = torch.zeros(size, dtype=torch.float64)  # steps taken, per seed
+        self.m = {k: torch.zeros_like(p) for k, p in params.items()}
+        self.v = {k: torch.zeros_like(p) for k, p in params.items()}
+
+    def zero_grad(self) -> None:
+        for p in self.params.values():
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self, active: Tensor) -> None:
+        """One update of the seeds where ``active`` [S] (bool) is true."""
+        b1, b2 = self.betas
+        self.t += active.double()
+        t = self.t.clamp(min=1)
+        step_size = (self.lr / (1 - b1 ** t)).float()  # [S]
+        bc2_sqrt = torch.sqrt(1 - b2 ** t).float()
+        for k, p in self.params.items():
+            shape = (-1, *([1] * (p.dim() - 1)))
+            g, m, v = p.grad, self.m[k], self.v[k]
+            a = active.view(shape)
+            new_p = p * (1 - self.lr * self.wd) if self.wd else p
+            new_m = m * b1 + g * (1 - b1)
+            new_v = v * b2 + (g * g) * (1 - b2)
+            denom = torch.sqrt(new_v) / bc2_sqrt.view(shape) + self.eps
+            new_p = new_p - (new_m / denom) * step_size.view(shape)
+            p.copy_(torch.where(a, new_p, p))
+            m.copy_(torch.where(a, new_m, m))
+            v.copy_(torch.where(a, new_v, v))
+
+    def state(self, s: int) -> dict:
+        return {"t": float(self.t[s]), "m": {k: x[s].clone() for k, x in self.m.items()},
+                "v": {k: x[s].clone() for k, x in self.v.items()}}
+
+    def load_state(self, s: int, state: dict) -> None:
+        self.t[s] = state["t"]
+        for k in self.m:
+            self.m[k][s].copy_(state["m"][k])
+            self.v[k][s].copy_(state["v"][k])

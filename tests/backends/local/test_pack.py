@@ -1,0 +1,47 @@
+"""Seed packs: a seed's curve is bitwise the same alone or in a pack of several seeds."""
+import pytest
+import torch
+
+from harness.backends.local.trainer import LocalTrainer, PackTrainer
+from harness.config import load
+
+TINY = ["trainer.prompts_per_step=4", "trainer.group_size=4", "trainer.num_minibatches=2", "diagnostics.noise_sequences=4"]
+TIMES = ("time/", "tokens/")
+
+
+def _curves(trainer, steps):
+    return [[{k: v for k, v in d.items() if not k.startswith(TIMES)} for d in PackTrainer.run_step(trainer)] for _ in range(steps)]
+
+
+@pytest.mark.parametrize("spec", [["estimator=tis"], ["estimator=mean_n", "estimator.n=3"],
+                                  ["estimator=r3", "trainer.max_grad_norm=0.5"]])
+def test_a_seed_trains_identically_alone_and_in_a_pack(spec):
+    cfgs = [load([*TINY, *spec, f"seed={s}"]) for s in (0, 1, 2)]
+    pack = PackTrainer(cfgs, torch.device("cpu"))
+    packed = _curves(pack, 3)
+    alone = LocalTrainer(cfgs[1], torch.device("cpu"))
+    single = [[d] for d in (alone.run_step() for _ in range(3))]
+    for step in range(3):
+        expect = {k: v for k, v in single[step][0].items() if not k.startswith(TIMES)}
+        assert packed[step][1] == expect, step  # bitwise: floats compared with ==
+    assert packed[0][0] != packed[0][1]  # the seeds differ
+    for name, p in alone.policy.weights().items():
+        assert torch.equal(p[0], pack.policy.weights()[name][1]), name
+
+
+def test_a_seed_resumes_from_its_own_state_inside_another_pack():
+    cfgs = [load([*TINY, f"seed={s}"]) for s in (0, 1)]
+    straight = PackTrainer(cfgs, torch.device("cpu"))
+    curve = _curves(straight, 3)
+    first = PackTrainer(cfgs, torch.device("cpu"))
+    first.run_step()
+    state = first.seed_state(1)
+    resumed = LocalTrainer(cfgs[1], torch.device("cpu"))  # seed 1 alone, from its pack checkpoint
+    resumed.load_state_dict(state)
+    rest = _curves(resumed, 2)
+    assert [c[0] for c in rest] == [c[1] for c in curve[1:]]
+
+
+def test_a_pack_refuses_different_specs():
+    with pytest.raises(ValueError, match="one spec"):
+        PackTrainer([load([*TINY, "seed=0"]), load([*TINY, "seed=1", "estimator=tis"])], torch.device("cpu"))
