@@ -36,9 +36,10 @@ class SubmissionError(RuntimeError):
 class RunJob(Checkpointable):
     """One run: build the resolved spec into a RunConfig and ``execute`` it (resuming if it can)."""
 
-    def __init__(self, spec: dict[str, Any], tags: dict[str, str] | None = None):
+    def __init__(self, spec: dict[str, Any], tags: dict[str, str] | None = None, finished_after_ms: int = 0):
         self.spec = spec
         self.tags = tags or {}
+        self.finished_after_ms = finished_after_ms  # a sweep's --rerun: older FINISHED runs do not count
 
     @property
     def signature(self) -> str:
@@ -50,23 +51,23 @@ class RunJob(Checkpointable):
         from harness.config import build
 
         cfg = build(self.spec)
-        summary = execute(cfg, tags=self.tags or None)
+        summary = execute(cfg, tags=self.tags or None, finished_after_ms=getattr(self, "finished_after_ms", 0))
         return asdict(summary)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedSubmission:
         # The run's state is on disk (checkpoint.pt, every trainer.checkpoint_every steps):
         # resubmitting the same callable resumes from it.
-        return DelayedSubmission(RunJob(self.spec, self.tags), *args, **kwargs)
+        return DelayedSubmission(RunJob(self.spec, self.tags, self.finished_after_ms), *args, **kwargs)
 
 
-def job_for(cfg) -> Checkpointable:
+def job_for(cfg, finished_after_ms: int = 0) -> Checkpointable:
     """The callable a job runs for ``cfg``: the local backend's ``execute``, or verl's per-node
     launcher (Ray head on the first node, workers on the others; ``harness.backends.verl.launch``)."""
     if cfg.backend.name == "verl":
         from harness.backends.verl.launch import VerlJob
 
         return VerlJob(cfg.to_dict())
-    return RunJob(cfg.to_dict())
+    return RunJob(cfg.to_dict(), finished_after_ms=finished_after_ms)
 
 
 class Sequence(Checkpointable):

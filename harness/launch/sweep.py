@@ -26,8 +26,11 @@ other ``key=value`` is appended to ``base`` (it changes the runs' signatures).
 
 Identity: every run is built into a :class:`harness.config.RunConfig` before anything is
 submitted (one bad value -> one error naming the run and the key, exit 2, nothing submitted).
-A run whose folder holds ``summary.json`` is finished and skipped; a run whose recorded job is
-still pending/running is left alone; ``--rerun`` resubmits finished runs from scratch.
+A run is finished when the sweep's MLflow store holds a FINISHED run of its signature in the sweep's
+experiment (``harness.store``; a ``summary.json`` left in a folder does not count): it is skipped; a
+run whose recorded job is still pending/running is left alone; ``--rerun`` resubmits finished runs
+from scratch (their folder files kept as ``*.prev-<time>``; the old MLflow runs stay, superseded).
+The store is checked first (seconds; unreachable: exit 1) and every job logs to that same store.
 """
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ from typing import Any, Callable, Optional
 import yaml
 
 from harness.config import ROOT, ConfigError, RunConfig, build, compose
+from harness.uri import resolve_tracking_uri
 
 SUMMARY_FILE = "summary.json"  # written by harness.run.execute when a run is over
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -340,8 +344,8 @@ def build_run(spec: SweepSpec, overrides: list[str], name: str = "") -> RunConfi
     data = compose(run_overrides(spec) + list(overrides))
     data.setdefault("tracking", {})
     data["tracking"]["experiment"] = spec.experiment
-    if spec.tracking_uri:
-        data["tracking"]["uri"] = spec.tracking_uri
+    # pinned: every job logs to the store the sweep checked (tracking_uri > $MLFLOW_TRACKING_URI > project)
+    data["tracking"]["uri"] = resolve_tracking_uri(spec.tracking_uri or data["tracking"].get("uri"))
     data["tracking"]["run_name"] = name or None
     data["out_dir"] = None
     cfg = build(data)
@@ -443,9 +447,29 @@ class Decision:
     detail: str = ""
 
 
+def finished_in_store(spec: SweepSpec, runs: list[PlannedRun]) -> set[str]:
+    """Signatures finished in the sweep's store (one query); local-backend runs only: a verl run is
+    finished when its folder holds ``summary.json`` (its MLflow run is ended by verl)."""
+    from harness import store
+    from harness.launch.executors import SubmissionError
+    from harness.tracking import TrackingError
+
+    if not runs:
+        return set()
+    uri = runs[0].cfg.tracking_uri
+    try:
+        store.check(uri)
+        done = store.finished_signatures(uri, spec.experiment)
+    except TrackingError as exc:
+        raise SubmissionError(str(exc)) from None
+    return {r.signature for r in runs if (r.signature in done if r.cfg.backend.name == "local"
+                                           else (r.cfg.run_dir / SUMMARY_FILE).exists())}
+
+
 def plan(spec: SweepSpec, runs: list[PlannedRun], rerun: bool = False) -> list[Decision]:
     from harness.launch.executors import job_states
 
+    finished = finished_in_store(spec, runs)
     db = JobsDB(spec.sweep_dir)
     recorded = {sig: rec for sig, rec in db.runs.items() if rec.get("job_id")}
     states = job_states(list(recorded.values()))
@@ -455,10 +479,10 @@ def plan(spec: SweepSpec, runs: list[PlannedRun], rerun: bool = False) -> list[D
         state = states.get(rec["job_id"]) if rec else None
         if rec and state is not None and state.alive:
             out.append(Decision(r, "running", f"job {rec['job_id']} {state.state}"))
-        elif (r.cfg.run_dir / SUMMARY_FILE).exists() and not rerun:
+        elif r.signature in finished and not rerun:
             out.append(Decision(r, "finished", _summary_status(r.cfg.run_dir)))
         else:
-            out.append(Decision(r, "submit", "rerun" if (r.cfg.run_dir / SUMMARY_FILE).exists() else ""))
+            out.append(Decision(r, "submit", "rerun" if r.signature in finished else ""))
     return out
 
 
@@ -510,10 +534,12 @@ def submit_sweep(spec: SweepSpec, rerun: bool = False, dry_run: bool = False, ou
     if not todo:
         return decisions
     prepare_tracking(spec, todo[0].run.cfg)
+    after_ms = 0
     if rerun:
+        after_ms = int(time.time() * 1000)  # the jobs' runs: a FINISHED run older than this does not count
         for d in todo:
             archive_finished(d.run.cfg.run_dir)
-    tasks = [executors.job_for(d.run.cfg) for d in todo]
+    tasks = [executors.job_for(d.run.cfg, finished_after_ms=after_ms) for d in todo]
     names = [d.run.name or spec.name for d in todo]
     job_ids = executors.submit(spec, tasks, names)
     db = JobsDB(spec.sweep_dir)
@@ -535,8 +561,8 @@ def submit_sweep(spec: SweepSpec, rerun: bool = False, dry_run: bool = False, ou
 def wait_for(spec: SweepSpec, decisions: list[Decision], poll_s: float = 5.0, out=None) -> int:
     """Block until every submitted or running run of the sweep has finished (``--wait``).
 
-    Finished = ``summary.json`` in the run's folder. A job that is over without one has failed:
-    the number of such runs is returned (0 = all finished), with the job's last error line.
+    Finished = finished in the sweep's store (:func:`finished_in_store`). A job that is over without
+    that has failed: the number of such runs is returned (0 = all finished), with the job's last error line.
     """
     from harness.launch import executors
 
@@ -547,15 +573,16 @@ def wait_for(spec: SweepSpec, decisions: list[Decision], poll_s: float = 5.0, ou
         time.sleep(poll_s)
         db = JobsDB(spec.sweep_dir)
         states = executors.job_states([db.runs[s] for s in pending if s in db.runs])
+        done = finished_in_store(spec, list(pending.values()))
         for sig, run in list(pending.items()):
-            if (run.cfg.run_dir / SUMMARY_FILE).exists():
+            if sig in done:
                 del pending[sig]
                 print(f"[{total - len(pending)}/{total}] {run.name or spec.name} ({sig}) finished "
                       f"({time.time() - t0:.0f} s)", file=out, flush=True)
                 continue
             st = states.get(str(db.runs.get(sig, {}).get("job_id", "")))
             if st is not None and not st.alive and st.state in ("DONE", "FAILED", "LOST", "COMPLETED"):
-                if (run.cfg.run_dir / SUMMARY_FILE).exists():
+                if sig in finished_in_store(spec, [run]):
                     continue  # finished between the two looks
                 del pending[sig]
                 failed += 1
