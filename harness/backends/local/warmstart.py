@@ -10,11 +10,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from harness.backends.local import train_engine
 from harness.backends.local.model import Policy, build_policy
@@ -40,8 +43,10 @@ def sampled_reward(policy: Policy, task: Task, gen: torch.Generator, n: int = 12
 
 
 @torch.enable_grad()
-def warm_start(mcfg: ModelConfig, tcfg: TaskConfig, seed: int, use_cache: bool = True) -> tuple[Policy, dict]:
-    """Returns the warm-started float32 policy and a record {steps, reward}."""
+def warm_start(mcfg: ModelConfig, tcfg: TaskConfig, seed: int, use_cache: bool = True,
+               progress: bool = True) -> tuple[Policy, dict]:
+    """Returns the warm-started float32 policy and a record {steps, reward}. When not cached it says so
+    on stderr, shows a bar on a terminal, and prints its steps, reward and time at the end."""
     path = cache_path(mcfg, tcfg, seed)
     policy = build_policy(mcfg, seed)
     if use_cache and path.exists():
@@ -52,6 +57,12 @@ def warm_start(mcfg: ModelConfig, tcfg: TaskConfig, seed: int, use_cache: bool =
     gen = torch.Generator().manual_seed(seed * 7919 + 17)
     opt = torch.optim.AdamW(policy.parameters(), lr=ws.lr, weight_decay=0.0)
     reward, step = sampled_reward(policy, task, gen), 0
+    t0 = time.monotonic()
+    say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if progress else (lambda msg: None)  # noqa: E731
+    say(f"warm start of {mcfg.name} on {tcfg.name} (seed {seed}, not cached yet): supervised steps until the "
+        f"sampled reward reaches {ws.target_reward} (at most {ws.max_steps})")
+    bar = tqdm(total=ws.max_steps, desc="warm start", leave=False, dynamic_ncols=True,
+               disable=not (progress and sys.stderr.isatty()))
     while reward < ws.target_reward and step < ws.max_steps:
         for _ in range(ws.eval_every):
             prompts, answers = task.sample(ws.batch_size, gen)
@@ -63,6 +74,10 @@ def warm_start(mcfg: ModelConfig, tcfg: TaskConfig, seed: int, use_cache: bool =
             opt.step()
             step += 1
         reward = sampled_reward(policy, task, gen)
+        bar.update(ws.eval_every)
+        bar.set_postfix(reward=f"{reward:.3f}")
+    bar.close()
+    say(f"warm start done: {step} steps, sampled reward {reward:.3f}, {time.monotonic() - t0:.0f} s (cached in {path.parent})")
     record = {"steps": step, "reward": reward}
     if use_cache:
         path.parent.mkdir(parents=True, exist_ok=True)
