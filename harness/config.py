@@ -113,7 +113,7 @@ class TrainerConfig:
     max_grad_norm: Optional[float] = 1.0  # null = no clipping
     weight_decay: float = 0.0
     entropy_coef: float = 0.0
-    checkpoint_every: int = 0  # 0 = no checkpoints
+    checkpoint_every: int = 10  # steps between checkpoints (0 = none); not part of the signature
 
 
 @dataclass
