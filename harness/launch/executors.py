@@ -70,6 +70,41 @@ def job_for(cfg, finished_after_ms: int = 0) -> Checkpointable:
     return RunJob(cfg.to_dict(), finished_after_ms=finished_after_ms)
 
 
+class PackJob(Checkpointable):
+    """A seed pack: several seeds of one spec trained together in one process
+    (``harness.backends.local.pack.execute_pack``), each seed its own MLflow run and checkpoint."""
+
+    def __init__(self, specs: list[dict[str, Any]], finished_after_ms: int = 0):
+        self.specs, self.finished_after_ms = specs, finished_after_ms
+
+    def __call__(self) -> list[dict[str, Any]]:
+        from harness.backends.local.pack import execute_pack
+        from harness.config import build
+
+        summaries = execute_pack([build(s) for s in self.specs], finished_after_ms=self.finished_after_ms)
+        return [asdict(s) for s in summaries]
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedSubmission:
+        return DelayedSubmission(PackJob(self.specs, self.finished_after_ms), *args, **kwargs)
+
+
+def seed_packs(cfgs: list, seeds_per_job: int) -> list[list[int]]:
+    """Indices of ``cfgs`` grouped into jobs: up to ``seeds_per_job`` seeds of one spec (local
+    backend) per job, in order of first appearance; every other run is a job of its own."""
+    groups: dict[str, list[int]] = {}
+    for i, cfg in enumerate(cfgs):
+        key = cfg.group_signature if seeds_per_job > 1 and cfg.backend.name == "local" else f"#{i}"
+        groups.setdefault(key, []).append(i)
+    return [g[j:j + seeds_per_job] for g in groups.values() for j in range(0, len(g), max(1, seeds_per_job))]
+
+
+def job_for_pack(cfgs: list, finished_after_ms: int = 0) -> Checkpointable:
+    """One run: ``job_for``; several seeds of one spec: a :class:`PackJob`."""
+    if len(cfgs) == 1:
+        return job_for(cfgs[0], finished_after_ms)
+    return PackJob([c.to_dict() for c in cfgs], finished_after_ms)
+
+
 class Sequence(Checkpointable):
     """Several tasks one after the other in one job (the local launcher's workers). Tasks are
     idempotent (a finished run returns its summary at once), so a requeue simply calls it again."""

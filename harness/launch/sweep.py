@@ -97,6 +97,7 @@ class LauncherConfig:
     exclude: Optional[str] = None
     additional: dict = field(default_factory=dict)  # any other sbatch parameter, e.g. {reservation: x}
     setup: list = field(default_factory=list)  # shell lines run before the job (module load ...)
+    seeds_per_job: int = 1  # local backend: seeds of one spec trained together in one process (a seed pack)
 
 
 @dataclass
@@ -217,7 +218,8 @@ def _launcher_from(data: Any) -> LauncherConfig:
     lc.name = str(lc.name)
     if lc.name not in LAUNCHERS:
         raise SweepError(f"launcher: unknown launcher {lc.name!r}; allowed: {', '.join(LAUNCHERS)}", key="launcher")
-    for k in ("time_min", "cpus_per_task", "nodes", "tasks_per_node", "array_parallelism", "signal_delay_s"):
+    for k in ("time_min", "cpus_per_task", "nodes", "tasks_per_node", "array_parallelism", "signal_delay_s",
+              "seeds_per_job"):
         v = getattr(lc, k)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise SweepError(f"launcher.{k}: expected an integer >= 1, got {v!r}", key=f"launcher.{k}")
@@ -539,9 +541,13 @@ def submit_sweep(spec: SweepSpec, rerun: bool = False, dry_run: bool = False, ou
         after_ms = int(time.time() * 1000)  # the jobs' runs: a FINISHED run older than this does not count
         for d in todo:
             archive_finished(d.run.cfg.run_dir)
-    tasks = [executors.job_for(d.run.cfg, finished_after_ms=after_ms) for d in todo]
-    names = [d.run.name or spec.name for d in todo]
-    job_ids = executors.submit(spec, tasks, names)
+    packs = executors.seed_packs([d.run.cfg for d in todo], spec.launcher.seeds_per_job)  # [[index in todo]]
+    tasks = [executors.job_for_pack([todo[i].run.cfg for i in p], finished_after_ms=after_ms) for p in packs]
+    names = [todo[p[0]].run.name or spec.name for p in packs]
+    job_ids = [""] * len(todo)
+    for p, jid in zip(packs, executors.submit(spec, tasks, names)):
+        for i in p:
+            job_ids[i] = jid
     db = JobsDB(spec.sweep_dir)
     now = time.strftime("%Y-%m-%dT%H:%M:%S")
     for d, jid in zip(todo, job_ids):

@@ -45,3 +45,27 @@ def test_a_seed_resumes_from_its_own_state_inside_another_pack():
 def test_a_pack_refuses_different_specs():
     with pytest.raises(ValueError, match="one spec"):
         PackTrainer([load([*TINY, "seed=0"]), load([*TINY, "seed=1", "estimator=tis"])], torch.device("cpu"))
+
+
+def test_execute_pack_logs_each_seed_as_an_ordinary_run_with_the_curve_of_the_seed_alone(tiny_overrides):
+    from mlflow.tracking import MlflowClient
+
+    from harness.backends.local.pack import execute_pack
+    from harness.run import execute
+
+    cfgs = [load(tiny_overrides(f"seed={s}", "trainer.checkpoint_every=2", steps=4, name=f"p{s}")) for s in (0, 1)]
+    packed = execute_pack(cfgs)
+    alone_cfg = load(tiny_overrides("seed=1", "tracking.experiment=alone", steps=4, name="alone"))
+    alone = execute(alone_cfg, progress=False)
+    client = MlflowClient(cfgs[0].tracking_uri)
+
+    def curve(run_id, key="reward/mean"):
+        return [(m.step, m.value) for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)]
+
+    assert [s.status for s in packed] == ["finished", "finished"] and packed[0].run_id != packed[1].run_id
+    assert curve(packed[1].run_id) == curve(alone.run_id) and len(curve(alone.run_id)) == 4
+    assert curve(packed[1].run_id, "policy/loss") == curve(alone.run_id, "policy/loss")
+    run = client.get_run(packed[0].run_id)
+    assert run.data.tags["seed"] == "0" and run.info.status == "FINISHED"
+    assert not (cfgs[0].run_dir / "checkpoint.pt").exists() and (cfgs[0].run_dir / "summary.json").exists()
+    assert execute_pack(cfgs) == packed  # finished: returned, not retrained

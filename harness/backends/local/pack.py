@@ -1,0 +1,118 @@
+"""Seed packs: train S seeds of one spec in one process (``PackTrainer``), each seed an ordinary run.
+
+``execute_pack(cfgs)`` is ``harness.run.execute`` for several seeds of one spec: every seed has its
+own :class:`harness.record.RunRecord` (folder, identity, store lookup, MLflow run, checkpoint,
+summary), exactly as if it ran alone. Seeds already finished in the store return their summary;
+the others train together, resuming each from its own checkpoint (seeds checkpointed at different
+steps train as separate packs, one per step). A seed that diverges is finished at once (status
+``diverged``) while the others go on. Because a seed's curve is bitwise the same alone or in any
+pack (``tests/backends/local/test_pack.py``), a pack changes only the wall time.
+
+Throughput: the seeds share every kernel launch and Python step (stacked weights, batched GEMMs),
+so a pack of S costs less than S runs where per-op overhead dominates (benchmarks/rollout_speed.py
+measures the ratio); the sweep launcher packs ``launcher.seeds_per_job`` seeds per job.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import ExitStack
+
+from harness.config import RunConfig
+
+
+def execute_pack(cfgs: list[RunConfig], rerun: bool = False, tags: dict[str, str] | None = None,
+                 finished_after_ms: int = 0) -> list:
+    """Train (or resume, or return the finished results of) the runs ``cfgs`` (seeds of one spec)."""
+    import torch
+
+    from harness.record import RunRecord
+    from harness.run import _device
+
+    if len({c.group_signature for c in cfgs}) != 1:
+        raise ValueError("a seed pack trains seeds of one spec (the same signature without the seed)")
+    records = [RunRecord(c, rerun=rerun, finished_after_ms=finished_after_ms, tags=tags) for c in cfgs]
+    summaries: dict[int, object] = {}
+    by_step: dict[int, list[int]] = {}
+    for i, rec in enumerate(records):
+        done = rec.prepare()
+        if done is not None:
+            summaries[i] = done
+        else:
+            by_step.setdefault(rec.state["trainer"]["step"] if rec.state is not None else 0, []).append(i)
+    if by_step:
+        torch.set_num_threads(cfgs[0].backend.threads)
+        device = _device(cfgs[0])
+        for idx in by_step.values():
+            summaries.update(zip(idx, _train([records[i] for i in idx], device)))
+    return [summaries[i] for i in range(len(cfgs))]
+
+
+def _train(records: list, device) -> list:
+    import yaml
+
+    from harness import metrics as M
+    from harness.backends.local.trainer import PackTrainer
+    from harness.record import Interrupted
+    from harness.run import RunSummary, _smoothed, flat, run_tags
+
+    cfgs = [r.cfg for r in records]
+    trainer = PackTrainer(cfgs, device)
+    rewards: list[list[float]] = [[] for _ in records]
+    for j, rec in enumerate(records):
+        if rec.state is not None:
+            trainer.load_seed_state(j, rec.state["trainer"])
+            rewards[j] = list(rec.state["rewards"])
+    trackers, logged = [], []
+    for j, (rec, cfg) in enumerate(zip(records, cfgs)):
+        ws = trainer.warmstarts[j]
+        trackers.append(rec.start(run_tags(cfg), {**flat(cfg.to_dict()), "warmstart.steps": ws["steps"],
+                                                  "warmstart.reward": ws["reward"]},
+                                  yaml.safe_dump(cfg.to_dict(), sort_keys=False)))
+        logged.append(trackers[-1].last_logged_step(M.REWARD_MEAN) if rec.state is not None else -1)
+    status = ["finished"] * len(records)
+    live = list(range(len(records)))
+    times: list[list[float]] = [[] for _ in records]
+    summaries: list = [None] * len(records)
+    steps, every = cfgs[0].trainer.steps, cfgs[0].trainer.checkpoint_every
+
+    def finish(j: int) -> None:
+        smooth = _smoothed(rewards[j])
+        s = RunSummary(run_id=trackers[j].run_id, signature=cfgs[j].signature, status=status[j],
+                       steps_done=trainer.step, final_reward=smooth[-1] if smooth else float("nan"),
+                       peak_reward=max(smooth, default=float("nan")),
+                       time_per_step_s=sum(times[j]) / len(times[j]) if times[j] else float("nan"))
+        records[j].finish(s, {"summary/final_reward": s.final_reward, "summary/peak_reward": s.peak_reward,
+                              "summary/time_per_step_s": s.time_per_step_s})
+        summaries[j] = s
+
+    try:
+        with ExitStack() as loops:
+            for rec in records:
+                loops.enter_context(rec.loop())
+            while trainer.step < steps and live:
+                step = trainer.step
+                values = trainer.run_step()
+                for j in list(live):
+                    v = values[j]
+                    rewards[j].append(v[M.REWARD_MEAN])
+                    times[j].append(v[M.TIME_STEP] / len(records))  # the pack's step, shared by its seeds
+                    if step > logged[j]:  # a resumed run recomputes identical steps; log each once
+                        trackers[j].log_step(step, v)
+                    if not math.isfinite(v[M.POLICY_LOSS]):
+                        status[j] = "diverged"
+                        live.remove(j)
+                        finish(j)
+                signal = next((r.stop_signal for r in records if r.stop_signal is not None), None)
+                if every and (trainer.step % every == 0 or signal is not None):
+                    for j in live:
+                        records[j].save_checkpoint(trainer.seed_state(j), {"rewards": rewards[j]})
+                if signal is not None:
+                    raise Interrupted(signal, f"seed pack of {len(records)} ended KILLED at step {trainer.step}"
+                                      + (" (checkpoints written: the same command resumes)" if every else ""))
+    except BaseException as exc:
+        for j in live:
+            records[j].end(exc)
+        raise
+    for j in live:
+        finish(j)
+    return summaries
