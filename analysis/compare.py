@@ -10,6 +10,7 @@ those of the report, so the two agree.
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from .config import AnalysisConfig
@@ -49,7 +50,9 @@ def compare_table(exp: Experiment, measures: pd.DataFrame, a: str, b: str, cfg: 
         tasks = sorted(set(sa) & set(sb))
         poi = probability_of_improvement([sa[t] for t in tasks], [sb[t] for t in tasks],
                                          cfg.bootstrap_reps, cfg.ci, cfg.seed + 2)
-        rows.append({"measure": title, f"A = {a}": ia.fmt(), f"B = {b}": ib.fmt(), "P(A > B)": poi.fmt(2)})
+        few = min(sum(np.isfinite(v).sum() for v in sa.values()), sum(np.isfinite(v).sum() for v in sb.values())) < 2
+        rows.append({"measure": title, f"A = {a}": ia.fmt(), f"B = {b}": ib.fmt(),
+                     "P(A > B)": "n/a (< 2 seeds)" if few else poi.fmt(2)})
         data.append({"measure": column, "a": a, "b": b, "a_iqm": ia.point, "a_lo": ia.lo, "a_hi": ia.hi,
                      "b_iqm": ib.point, "b_lo": ib.lo, "b_hi": ib.hi, "poi": poi.point, "poi_lo": poi.lo,
                      "poi_hi": poi.hi})

@@ -8,18 +8,18 @@ Defaults and their meaning:
 
 - ``smooth_window`` W = 10 steps; ``smooth_kind`` ``centred`` (centred moving average, partial
   windows at the ends) or ``ema`` (alpha = 2 / (W + 1)).
-- Collapse onset (drop-from-peak rule): the first step s with
-  ``smoothed[s] < P(s) - max(delta_abs, delta_rel * (P(s) - R0))`` that starts a stretch of at least
-  H consecutive logged steps below that line, where P(s) is the running peak of the smoothed reward
-  and R0 = smoothed[first step]. ``collapse_delta_rel`` 0.3, ``collapse_delta_abs`` 0.1 (reward
-  units, rewards live in [0, 1]; the design leaves it open: with 0.05 a run that never learns, at
-  per-step noise sd 0.05, is flagged in ~45 % of 500-step runs because its running peak is a noise
-  maximum; with 0.1 in 0 % at sd 0.05 and ~9 % at sd 0.08), ``collapse_hold`` H = 20. A non-finite
-  ``policy/loss`` (or reward) at step s is a collapse at s.
+- Collapse (drop-from-peak rule v2, ``analysis.measures.detect``): margin below the running peak P
+  of the smoothed reward ``m = max(z * sigma / sqrt(W), f * (P - R0))``, sigma the robust per-step
+  noise sd of the run's raw reward (``harness.curves.noise_sd``): ``collapse_noise_z`` z = 7 (no
+  flag on 1800 flat noisy curves, sd 0.01-0.08, 150-1000 steps; z = 6 flags a few of them),
+  ``collapse_gain_frac`` f = 0.2 (a fifth of what the run learned). Below-the-line stretches joined
+  across gaps shorter than ``collapse_gap`` (10) steps, kept when at least ``collapse_persist`` (5)
+  logged steps long; reaching the end of the run (and the median of the last ``collapse_persist`` raw
+  rewards below the line) = persistent collapse, ending before = transient dip. A non-finite ``policy/loss`` (or reward) at step s is a collapse at s. Benchmark:
+  ``python -m analysis validate`` (docs/analysis.md).
 - Change point: ``ruptures.KernelCPD(kernel="linear")`` (the l2 / mean-shift cost) on the raw reward,
-  penalty ``cp_pen_scale * sigma^2 * ln(T)`` with sigma the noise scale estimated from first
-  differences (MAD / 0.6745 / sqrt 2), minimum segment ``cp_min_size``; the estimate is the first
-  break after the peak whose segment mean drops by more than ``cp_min_drop``.
+  penalty ``cp_pen_scale * sigma^2 * ln(T)``, minimum segment ``cp_min_size``; the estimate is the
+  first break after the peak whose segment mean drops by more than the rule's margin at the peak.
 - Convergence step: first step with ``smoothed >= R0 + tau * (target - R0)``, ``converge_tau`` 0.9,
   target = the best group IQM of the final reward in the comparison.
 - Final reward: mean of the raw reward over the last ``final_window`` logged steps.
@@ -51,14 +51,14 @@ class AnalysisConfig:
     # smoothing
     smooth_window: int = 10
     smooth_kind: str = "centred"
-    # collapse onset: drop-from-peak rule
-    collapse_delta_rel: float = 0.3
-    collapse_delta_abs: float = 0.1
-    collapse_hold: int = 20
+    # collapse: drop-from-peak rule v2 (margin from the run's own noise and gain)
+    collapse_noise_z: float = 7.0
+    collapse_gain_frac: float = 0.2
+    collapse_persist: int = 5
+    collapse_gap: int = 10
     # collapse onset: change-point estimate (ruptures)
     cp_pen_scale: float = 3.0
     cp_min_size: int = 5
-    cp_min_drop: float = 0.05
     # convergence
     converge_tau: float = 0.9
     # end-of-run summary
@@ -78,9 +78,10 @@ class AnalysisConfig:
 
         need(self.smooth_window >= 1, f"smooth_window must be >= 1, got {self.smooth_window}")
         need(self.smooth_kind in ("centred", "ema"), f"smooth_kind must be centred|ema, got {self.smooth_kind!r}")
-        need(0 <= self.collapse_delta_rel < 1, f"collapse_delta_rel must be in [0, 1), got {self.collapse_delta_rel}")
-        need(self.collapse_delta_abs >= 0, f"collapse_delta_abs must be >= 0, got {self.collapse_delta_abs}")
-        need(self.collapse_hold >= 1, f"collapse_hold must be >= 1, got {self.collapse_hold}")
+        need(self.collapse_noise_z > 0, f"collapse_noise_z must be > 0, got {self.collapse_noise_z}")
+        need(0 < self.collapse_gain_frac < 1, f"collapse_gain_frac must be in (0, 1), got {self.collapse_gain_frac}")
+        need(self.collapse_persist >= 1, f"collapse_persist must be >= 1, got {self.collapse_persist}")
+        need(self.collapse_gap >= 1, f"collapse_gap must be >= 1, got {self.collapse_gap}")
         need(self.cp_pen_scale > 0, f"cp_pen_scale must be > 0, got {self.cp_pen_scale}")
         need(self.cp_min_size >= 2, f"cp_min_size must be >= 2, got {self.cp_min_size}")
         need(0 < self.converge_tau <= 1, f"converge_tau must be in (0, 1], got {self.converge_tau}")
@@ -132,9 +133,10 @@ class AnalysisConfig:
     def describe_short(self) -> str:
         """One line of the parameters (under tables in the terminal and in report.md)."""
         return (
-            f"Parameters: W={self.smooth_window} ({self.smooth_kind}); collapse delta_rel={self.collapse_delta_rel:g}, "
-            f"delta_abs={self.collapse_delta_abs:g}, H={self.collapse_hold} or non-finite loss; change point "
-            f"pen={self.cp_pen_scale:g}*sigma^2*lnT, min_size={self.cp_min_size}, min_drop={self.cp_min_drop:g}; "
+            f"Parameters: W={self.smooth_window} ({self.smooth_kind}); collapse v2: margin max({self.collapse_noise_z:g}*"
+            f"sigma/sqrt W, {self.collapse_gain_frac:g}*(P-R0)), >= {self.collapse_persist} steps to the end (persistent; "
+            f"recovered = transient dip), gaps < {self.collapse_gap} joined, or non-finite loss; change point "
+            f"pen={self.cp_pen_scale:g}*sigma^2*lnT, min_size={self.cp_min_size}, min drop = the margin; "
             f"convergence tau={self.converge_tau:g}; final = last {self.final_window} steps; IQM, {self.ci:.0%} "
             f"stratified bootstrap CI ({self.bootstrap_reps} resamples, seed {self.seed})."
         )
@@ -150,11 +152,15 @@ class AnalysisConfig:
         return "\n".join(
             [
                 f"Parameters: reward = `{self.reward_metric}`, smoothed by {smooth}; R0 = smoothed reward at the first step.",
-                f"Collapse onset: first step s where smoothed < P(s) - max({self.collapse_delta_abs:g}, "
-                f"{self.collapse_delta_rel:g}*(P(s)-R0)) for >= H={self.collapse_hold} consecutive steps "
-                f"(P = running peak), or a non-finite `{self.loss_metric}`/reward; censored at the last step otherwise.",
+                f"Collapse (rule v2): smoothed < P - m, m = max({self.collapse_noise_z:g}*sigma/sqrt(W), "
+                f"{self.collapse_gain_frac:g}*(P-R0)) (P = running peak, sigma = median|diff r|/0.6745/sqrt 2, the run's "
+                f"own noise); stretches joined across gaps < {self.collapse_gap} steps and >= {self.collapse_persist} steps "
+                f"long; one that lasts to the end of the run = persistent collapse (onset = start of its descent, where "
+                f"smoothed < P - 3m/4) when the median of the last "
+                f"{self.collapse_persist} raw rewards is below the line too, one that recovers = transient dip (not a collapse); or a non-finite "
+                f"`{self.loss_metric}`/reward; censored at the last step otherwise.",
                 f"Change point: ruptures KernelCPD(linear) on the raw reward, pen={self.cp_pen_scale:g}*sigma^2*ln T, "
-                f"min_size={self.cp_min_size}; first break after the peak with a mean drop > {self.cp_min_drop:g}.",
+                f"min_size={self.cp_min_size}; first break after the peak with a mean drop > the rule's margin.",
                 f"Convergence: first step with smoothed >= R0 + {self.converge_tau:g}*(target-R0), target = best group "
                 f"IQM of the final reward; censored if never. Final = mean raw reward of the last {self.final_window} steps; "
                 f"AUC = trapezoid area / step span (mean reward over the run).",

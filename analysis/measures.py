@@ -3,23 +3,32 @@
 Notation: a run's reward history ``r[i]`` at logged steps ``step[i]`` (i = 0..T-1, sorted),
 ``S[i]`` its smoothed reward, parameters from :class:`analysis.config.AnalysisConfig`.
 
-- **Smoothed reward** ``S``: centred moving average over W steps (``S[i] = mean r[i-W//2 .. i+W-W//2-1]``,
-  partial windows at the ends, non-finite values ignored) or an EMA with alpha = 2/(W+1).
-- **R0** = ``S[0]``, the smoothed reward at the first logged step.
-- **Peak** = ``max_i S[i]`` (and its step); **final** = mean of the finite raw rewards over the last
-  ``final_window`` logged steps; **AUC** = trapezoid area of the finite raw reward over steps divided
-  by the step span (the mean reward over the run, comparable across run lengths).
-- **Collapse onset** (drop-from-peak rule): with the running peak ``P[i] = max_{j<=i} S[j]`` and
-  margin ``m[i] = max(delta_abs, delta_rel * (P[i] - R0))``, the onset is ``step[i]`` for the first i
-  such that ``S[j] < P[j] - m[j]`` for all j in i..i+H-1 (H consecutive logged steps; a stretch cut
-  short by the end of the run does not count). A non-finite ``policy/loss`` or reward at step s is a
-  collapse at s (``onset_kind = "nonfinite"``); the earlier of the two wins. A run with neither is
-  censored at its last step.
+- **Smoothed reward** ``S``, **peak**, **final** and the noise sd: the one definition of
+  :mod:`harness.curves` (centred moving average over W steps, or EMA; peak = ``max_i S[i]`` and its
+  step; final = mean of the last ``final_window`` finite raw rewards; sigma = ``median|diff r| /
+  0.6745 / sqrt 2``). **R0** = ``S[0]``. **Drop** = peak - final. **AUC** = trapezoid area of the
+  finite raw reward over steps divided by the step span (the mean reward over the run).
+- **Collapse: the drop-from-peak rule v2** (:func:`detect`). Running peak ``P[i] = max_{j<=i} S[j]``;
+  noise sd of the smoothed curve ``sigma_S = sigma / sqrt W``; margin
+  ``m[i] = max(z sigma_S, f (P[i] - R0))`` (``collapse_noise_z`` z, ``collapse_gain_frac`` f): both
+  terms are in the run's own units, so the rule is scale-free. ``below[i] = S[i] < P[i] - m[i]``.
+  Stretches of ``below`` separated by fewer than ``collapse_gap`` steps are joined into episodes;
+  episodes shorter than ``collapse_persist`` logged steps are ignored. An episode that reaches the
+  last step, when the median of the last ``collapse_persist`` raw rewards is also below the line (the
+  run ends down there: the centred window alone would smear a 2-step drop over W/2 steps), is a
+  **persistent collapse**; one that ends earlier (the
+  smoothed reward came back within the margin of its peak) is a **transient dip**. A run with a
+  persistent collapse is ``collapsed`` (``collapse_kind = "persistent"``); a run with dips only is
+  ``"transient"`` (reported, not a collapse: ``dips``, ``dip_step``); else ``"stable"``. An
+  episode's **onset** is the first step of its descent: walking back from its first step while
+  ``S < P - 3m/4``. A non-finite ``policy/loss`` or reward at step s is a persistent collapse at s
+  (``onset_kind = "nonfinite"``); the earlier of the two wins. A run with neither is censored at its
+  last step.
 - **Change-point estimate**: ``ruptures.KernelCPD(kernel="linear")`` (least-squares mean shifts) on
-  the finite raw rewards with penalty ``cp_pen_scale * sigma^2 * ln T``, sigma =
-  ``median|diff r| / 0.6745 / sqrt 2`` (robust noise scale); the estimate is the first step of the
-  first segment starting after the peak whose mean is more than ``cp_min_drop`` below the previous
-  segment's mean. Reported beside the rule, never instead of it.
+  the finite raw rewards with penalty ``cp_pen_scale * sigma^2 * ln T``; the estimate is the first
+  step of the first segment starting after the peak whose mean is more than the rule's margin at the
+  peak, ``max(z sigma_S, f (peak - R0))``, below the previous segment's mean. Reported beside the
+  rule, never instead of it.
 - **Convergence step**: first ``step[i]`` with ``S[i] >= R0 + tau * (target - R0)``; target = the best
   group IQM of the final reward in the comparison (:func:`convergence_target`). Censored at the last
   step if never reached, and undefined (censored) when ``target <= R0``.
@@ -27,34 +36,29 @@ Notation: a run's reward history ``r[i]`` at logged steps ``step[i]`` (i = 0..T-
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
 import pandas as pd
+
+from harness import curves
 
 from .config import AnalysisConfig
 from .load import Experiment
 from .stats import iqm
 
 MEASURE_COLUMNS = (
-    "run_id", "label", "seed", "first_step", "last_step", "n_steps", "r0", "peak", "peak_step", "final", "auc",
-    "collapsed", "onset", "onset_kind", "cp_onset", "collapse_time", "target", "converged", "converge_step",
+    "run_id", "label", "seed", "first_step", "last_step", "n_steps", "r0", "peak", "peak_step", "final", "drop",
+    "auc", "noise_sd", "margin", "collapsed", "collapse_kind", "onset", "onset_kind", "dips", "dip_step", "cp_onset",
+    "collapse_time", "target", "converged", "converge_step",
     "converge_time", "kl_mean", "step_time",
 )
 
 
 def smooth(values: np.ndarray, window: int, kind: str = "centred") -> np.ndarray:
-    """Smoothed series (non-finite inputs ignored; NaN only where no finite value is in reach)."""
-    x = np.asarray(values, dtype=float)
-    x = np.where(np.isfinite(x), x, np.nan)
-    s = pd.Series(x)
-    if kind == "centred":
-        out = s.rolling(window, center=True, min_periods=1).mean()
-    elif kind == "ema":
-        out = s.ewm(span=window, adjust=True, ignore_na=True).mean()
-    else:
-        raise ValueError(f"unknown smoothing {kind!r}")
-    return out.to_numpy()
+    """Smoothed series (:func:`harness.curves.smooth`: the one definition)."""
+    return curves.smooth(values, window, kind)
 
 
 def first_nonfinite_step(steps: np.ndarray, values: np.ndarray) -> float:
@@ -63,26 +67,97 @@ def first_nonfinite_step(steps: np.ndarray, values: np.ndarray) -> float:
     return float(steps[np.argmax(bad)]) if bad.any() else math.nan
 
 
-def drop_onset_index(smoothed: np.ndarray, r0: float, delta_rel: float, delta_abs: float, hold: int) -> int | None:
-    """Index of the collapse onset by the drop-from-peak rule, or None (see module docstring)."""
-    s = np.asarray(smoothed, dtype=float)
-    if len(s) < hold or not np.isfinite(r0):
-        return None
-    peak = np.fmax.accumulate(np.where(np.isfinite(s), s, -np.inf))
-    margin = np.maximum(delta_abs, delta_rel * (peak - r0))
-    below = np.isfinite(s) & (s < peak - margin)
-    counts = np.concatenate([[0], np.cumsum(below)])
-    full = counts[hold:] - counts[:-hold] == hold  # full[i]: below[i..i+hold-1] all True
-    return int(np.argmax(full)) if full.any() else None
-
-
 def noise_scale(x: np.ndarray) -> float:
-    """Robust per-step noise sd: median |first difference| / 0.6745 / sqrt(2)."""
-    d = np.abs(np.diff(x))
-    sigma = float(np.median(d)) / 0.6745 / math.sqrt(2) if len(d) else 0.0
-    if sigma <= 0:
-        sigma = float(np.std(x)) or 1e-6
-    return sigma
+    """Robust per-step noise sd (:func:`harness.curves.noise_sd`), 1e-6 for a constant curve."""
+    return curves.noise_sd(x) or 1e-6
+
+
+@dataclass(frozen=True)
+class Detection:
+    """What the drop rule says about one curve (indices into the curve; see the module docstring)."""
+
+    kind: str  # persistent | transient | stable
+    onset: int | None  # first index of the persistent collapse's descent
+    dips: tuple[int, ...]  # first index of each transient dip's descent
+    sigma: float  # noise sd of the smoothed curve: harness.curves.noise_sd / sqrt W
+    margin: float  # the margin at the onset (persistent), at the first dip, else at the end
+
+    @property
+    def collapsed(self) -> bool:
+        return self.kind == PERSISTENT
+
+
+PERSISTENT, TRANSIENT, STABLE = "persistent", "transient", "stable"
+
+
+def _episodes(below: np.ndarray, gap: int) -> list[tuple[int, int]]:
+    """Maximal stretches [a, b] of ``below``, joining stretches separated by fewer than ``gap`` steps."""
+    idx = np.flatnonzero(below)
+    if not len(idx):
+        return []
+    out = [[int(idx[0]), int(idx[0])]]
+    for i in idx[1:]:
+        if i - out[-1][1] - 1 < gap:
+            out[-1][1] = int(i)
+        else:
+            out.append([int(i), int(i)])
+    return [(a, b) for a, b in out]
+
+
+def rule_margin(sigma: float, gain, cfg: AnalysisConfig):
+    """``m = max(z sigma_S, f gain)``: the margin below the running peak (module docstring)."""
+    return np.maximum(cfg.collapse_noise_z * sigma, cfg.collapse_gain_frac * np.maximum(gain, 0.0))
+
+
+def detect(values: np.ndarray, cfg: AnalysisConfig) -> Detection:
+    """The drop rule v2 on one raw reward curve (non-finite values ignored; see the module docstring)."""
+    x = np.asarray(values, dtype=float)
+    S = curves.smooth(x, cfg.smooth_window, cfg.smooth_kind)
+    ok = np.isfinite(S)
+    sigma = curves.noise_sd(x) / math.sqrt(cfg.smooth_window)
+    if not ok.any():
+        return Detection(STABLE, None, (), sigma, math.nan)
+    r0 = float(S[np.argmax(ok)])
+    P = np.fmax.accumulate(np.where(ok, S, -np.inf))
+    gain = np.maximum(P - r0, 0.0)
+    margin = rule_margin(sigma, gain, cfg)
+    below = ok & (S < P - margin)
+    descending = ok & (S < P - 0.75 * margin)
+    episodes = [(a, b) for a, b in _episodes(below, cfg.collapse_gap) if b - a + 1 >= cfg.collapse_persist]
+
+    def descent(a: int) -> int:  # walk back while the smoothed reward is below P - 3m/4
+        while a > 0 and descending[a - 1]:
+            a -= 1
+        return a
+
+    last = len(S) - 1 - int(np.argmax(ok[::-1]))  # the last index with a smoothed value
+    tail = x[np.isfinite(x)][-cfg.collapse_persist:]
+    ends_down = len(tail) > 0 and float(np.median(tail)) < P[last] - margin[last]
+    onset, dips = None, []
+    for a, b in episodes:
+        if b >= last and ends_down:
+            onset = descent(a)
+        else:
+            dips.append(descent(a))
+    if onset is not None:
+        return Detection(PERSISTENT, onset, tuple(dips), sigma, float(margin[onset]))
+    if dips:
+        return Detection(TRANSIENT, None, tuple(dips), sigma, float(margin[dips[0]]))
+    return Detection(STABLE, None, (), sigma, float(margin[last]))
+
+
+def collapse_onset_index(rewards, cfg: AnalysisConfig, losses=None) -> int | None:
+    """Index of a curve's collapse onset (one value per step from step 0): the persistent collapse of
+    :func:`detect` or the first non-finite reward/loss, the earlier of the two; None if neither.
+    What ``harness.status`` and ``harness.tune`` call (the same rule as the report)."""
+    x = np.asarray(rewards, dtype=float)
+    bad = [int(np.argmax(~np.isfinite(v))) for v in (x, np.asarray(losses if losses is not None else [], float))
+           if len(v) and not np.isfinite(v).all()]
+    onset = detect(x, cfg).onset if len(x) else None
+    first_bad = min(bad) if bad else None
+    if first_bad is not None and (onset is None or first_bad <= onset):
+        return first_bad
+    return onset
 
 
 def changepoint_onset_index(x: np.ndarray, peak_index: int, pen_scale: float, min_size: int, min_drop: float) -> int | None:
@@ -118,10 +193,8 @@ def convergence_index(smoothed: np.ndarray, r0: float, target: float, tau: float
 
 
 def final_reward(values: np.ndarray, window: int) -> float:
-    """Mean of the last ``window`` finite rewards."""
-    x = np.asarray(values, dtype=float)
-    x = x[np.isfinite(x)]
-    return float(x[-window:].mean()) if len(x) else math.nan
+    """Mean of the last ``window`` finite rewards (:func:`harness.curves.final`)."""
+    return curves.final(values, window)
 
 
 def auc(steps: np.ndarray, values: np.ndarray) -> float:
@@ -139,8 +212,9 @@ def measure_run(reward: pd.Series, loss: pd.Series, cfg: AnalysisConfig) -> dict
     """Every target-free measure of one run (convergence comes later, in :func:`add_convergence`)."""
     empty = {
         "first_step": math.nan, "last_step": math.nan, "n_steps": 0, "r0": math.nan, "peak": math.nan,
-        "peak_step": math.nan, "final": math.nan, "auc": math.nan, "collapsed": False, "onset": math.nan,
-        "onset_kind": "", "cp_onset": math.nan, "collapse_time": math.nan,
+        "peak_step": math.nan, "final": math.nan, "drop": math.nan, "auc": math.nan, "noise_sd": math.nan,
+        "margin": math.nan, "collapsed": False, "collapse_kind": STABLE, "onset": math.nan, "onset_kind": "",
+        "dips": 0, "dip_step": math.nan, "cp_onset": math.nan, "collapse_time": math.nan,
     }
     if not len(reward):
         return empty
@@ -157,27 +231,30 @@ def measure_run(reward: pd.Series, loss: pd.Series, cfg: AnalysisConfig) -> dict
         pk = int(np.nanargmax(S))
         out.update(r0=r0, peak=float(S[pk]), peak_step=float(steps[pk]))
     out["final"] = final_reward(values, cfg.final_window)
+    out["drop"] = out["peak"] - out["final"]
     out["auc"] = auc(steps, values)
 
-    onset, kind = math.nan, ""
-    i = drop_onset_index(S, r0, cfg.collapse_delta_rel, cfg.collapse_delta_abs, cfg.collapse_hold)
-    if i is not None:
-        onset, kind = float(steps[i]), "drop"
+    det = detect(values, cfg)
+    out.update(noise_sd=det.sigma, margin=det.margin, dips=len(det.dips),
+               dip_step=float(steps[det.dips[0]]) if det.dips else math.nan)
+    onset, kind = (float(steps[det.onset]), "drop") if det.onset is not None else (math.nan, "")
     bad = [first_nonfinite_step(steps, values)]
     if len(loss):
         bad.append(first_nonfinite_step(loss.index.to_numpy(), loss.to_numpy(dtype=float)))
     bad = [b for b in bad if not math.isnan(b)]
     if bad and (math.isnan(onset) or min(bad) <= onset):
         onset, kind = min(bad), "nonfinite"
-    out.update(collapsed=not math.isnan(onset), onset=onset, onset_kind=kind)
+    collapsed = not math.isnan(onset)
+    out.update(collapsed=collapsed, collapse_kind=PERSISTENT if collapsed else det.kind, onset=onset, onset_kind=kind)
     # the censoring time of the survival analysis: onset, or the last step the run reached
     last = max(out["last_step"], float(loss.index.max()) if len(loss) else -math.inf)
-    out["collapse_time"] = onset if out["collapsed"] else last
+    out["collapse_time"] = onset if collapsed else last
 
     ok = np.isfinite(values)
     if ok.sum() >= 2 and finite_S.any():
         peak_in_finite = int(np.searchsorted(steps[ok], out["peak_step"]))
-        j = changepoint_onset_index(values[ok], peak_in_finite, cfg.cp_pen_scale, cfg.cp_min_size, cfg.cp_min_drop)
+        min_drop = rule_margin(det.sigma, out["peak"] - r0, cfg)
+        j = changepoint_onset_index(values[ok], peak_in_finite, cfg.cp_pen_scale, cfg.cp_min_size, min_drop)
         if j is not None:
             out["cp_onset"] = float(steps[ok][j])
     return out

@@ -76,9 +76,9 @@ def build_report(
         result.notes.append("every group has a single seed: confidence intervals (bands, [lo, hi]) need >= 2 seeds "
                             "per group; point estimates are shown alone.")
 
-    if len(measures) and measures["n_steps"].max() < cfg.collapse_hold + cfg.smooth_window:
+    if len(measures) and measures["n_steps"].max() < cfg.collapse_persist + cfg.smooth_window:
         result.notes.append(f"the runs are short (at most {int(measures['n_steps'].max())} steps): the drop-from-peak "
-                            f"rule needs H={cfg.collapse_hold} steps below the line, so only non-finite losses can "
+                            f"rule needs {cfg.collapse_persist} steps below the line, so only non-finite losses can "
                             "count as collapses here.")
 
     # ---- tables -------------------------------------------------------------------------------

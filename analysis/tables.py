@@ -1,11 +1,12 @@
 """Tables: built from the per-run measures, written as markdown (terminal and ``.md``), CSV and LaTeX
 (booktabs), each followed by the analysis parameters (:meth:`AnalysisConfig.describe`).
 
-- ``summary``: one row per group: runs, final / peak / AUC as IQM [CI], collapse count and rate
-  (Wilson CI), Kaplan-Meier median collapse onset (rule) and median change-point onset, convergence
+- ``summary``: one row per group: runs, final / peak / AUC as IQM [CI], persistent-collapse count and
+  rate (Wilson CI), runs with transient dips only, Kaplan-Meier median collapse onset (rule) and median change-point onset, convergence
   count and Kaplan-Meier median convergence step, IQM of the mean ``mismatch/k3``, mean seconds/step.
 - ``runs``: every measure of every run (the data behind everything else).
-- ``poi``: probability of improvement P(row > column) of the final reward between groups.
+- ``poi``: probability of improvement P(row > column) of the final reward between groups (n/a when a
+  group has fewer than 2 seeds).
 - ``sweep_<x>``: the groups that differ only in knob x (n or clip_c), one row per value.
 - ``noise_probe``: probe runs (``probe=1``) by model, shape and perturbation beside the KwaiKAT numbers.
 
@@ -148,6 +149,7 @@ def summary_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig) 
         area = iqm_ci(g["auc"].to_numpy(float), cfg.bootstrap_reps, cfg.ci, seed)
         n = len(g)
         k_col = int(g["collapsed"].sum())
+        k_dip = int((g["collapse_kind"] == "transient").sum())
         rate = wilson(k_col, n, cfg.ci)
         timed = g.dropna(subset=["collapse_time"])
         onset_med = km_median(timed["collapse_time"].to_numpy(float), timed["collapsed"].to_numpy(bool))
@@ -167,6 +169,7 @@ def summary_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig) 
             "peak": peak.fmt(),
             "AUC": area.fmt(),
             "collapsed": f"{k_col}/{n}",
+            "transient dips": f"{k_dip}/{n}",
             "onset (KM median)": fmt_step(onset_med) if k_col else "-",
             "change point (median)": fmt_step(cp_med),
             "converged": f"{k_conv}/{n}",
@@ -177,7 +180,7 @@ def summary_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig) 
         data.append({
             "group": label, "perturbation": perts[label], "runs": n, "seeds": int(g["seed"].nunique()),
             **_interval_cols("final_iqm", fin), **_interval_cols("peak_iqm", peak), **_interval_cols("auc_iqm", area),
-            "collapsed": k_col, **_interval_cols("collapse_rate", rate),
+            "collapsed": k_col, **_interval_cols("collapse_rate", rate), "transient": k_dip,
             "onset_km_median": onset_med, "cp_onset_median": cp_med,
             "converged": k_conv, "converge_km_median": conv_med,
             "target": float(g["target"].iloc[0]) if n else math.nan,
@@ -230,8 +233,10 @@ def runs_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig) -> 
     m = measures.merge(exp.runs[["run_id", "status", "spec_sig"]], on="run_id", how="left")
     frame = pd.DataFrame({
         "group": m["label"], "seed": m["seed"], "run": m["run_id"].str[:8], "steps": m["n_steps"],
-        "final": m["final"].map(fmt), "peak": m["peak"].map(fmt), "AUC": m["auc"].map(fmt),
+        "final": m["final"].map(fmt), "peak": m["peak"].map(fmt), "drop": m["drop"].map(fmt), "AUC": m["auc"].map(fmt),
+        "margin": m["margin"].map(fmt), "kind": m["collapse_kind"],
         "onset": [fmt_step(o) + (" (nan)" if k == "nonfinite" else "") for o, k in zip(m["onset"], m["onset_kind"])],
+        "first dip": m["dip_step"].map(fmt_step),
         "change point": m["cp_onset"].map(fmt_step), "converged at": m["converge_step"].map(fmt_step),
         "k3 mean": m["kl_mean"].map(fmt_sci),
     })
@@ -250,13 +255,19 @@ def poi_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig, metr
             if a == b:
                 row[b] = "-"
                 continue
+            if min(np.isfinite(vals[a]).sum(), np.isfinite(vals[b]).sum()) < 2:
+                row[b] = "n/a"  # one seed against one: P(A > B) is 0, 1/2 or 1, not an estimate
+                data_rows.append({"a": a, "b": b, "metric": metric, "poi": math.nan, "poi_lo": math.nan,
+                                  "poi_hi": math.nan})
+                continue
             iv = probability_of_improvement(vals[a], vals[b], cfg.bootstrap_reps, cfg.ci, cfg.seed)
             row[b] = fmt(iv.point, 2)
             data_rows.append({"a": a, "b": b, "metric": metric, "poi": iv.point, "poi_lo": iv.lo, "poi_hi": iv.hi})
         frame_rows.append(row)
     t = Table("poi", f"Probability of improvement of the {metric} reward, P(row > column)",
               pd.DataFrame(frame_rows), pd.DataFrame(data_rows), cfg.describe(), short_footer=cfg.describe_short())
-    t.notes.append("CIs per pair are in poi.csv and from `python -m analysis compare`.")
+    t.notes.append("CIs per pair are in poi.csv and from `python -m analysis compare`; n/a: a group with fewer "
+                   "than 2 seeds.")
     return t
 
 

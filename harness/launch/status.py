@@ -3,8 +3,10 @@
 One row per run: its name, signature, the Slurm (or local) job, the state (the run's own result
 when it is over: finished / diverged / pruned; else the scheduler's: PENDING, RUNNING, ...; else
 what submitit's result files say), the last logged step, the smoothed reward there, and whether
-the reward curve has collapsed (the pre-registered rule of ``analysis.measures``, through
-``harness.launch.scoring``). Progress comes
+the reward curve has collapsed (the report's own rule: ``analysis.measures.collapse_onset_index``
+with the defaults of ``analysis.config``). The reward is the report's **final** reward
+(``harness.curves.final``: the mean of the last 10 logged rewards), the same number as the run line.
+Progress comes
 from MLflow (the run with the signature's ``spec_sig`` tag in the sweep's experiment). For an
 Optuna spec (a ``tune:`` block) it prints the study's trials instead.
 """
@@ -19,7 +21,7 @@ from harness.launch.sweep import SUMMARY_FILE, JobsDB, SweepSpec, cli, load_spec
 
 USAGE = """usage: python -m harness.status SPEC.yaml [OVERRIDE ...] [--json]
 
-  Prints run, signature, job, state, step, reward, collapsed? for every run of the sweep
+  Prints run, signature, job, state, step, final reward, collapsed? for every run of the sweep
   (the same overrides as harness.sweep select the same runs). --json: one JSON object per run."""
 
 
@@ -31,7 +33,7 @@ class RunStatus:
     state: str
     step: Optional[int]  # steps logged so far (the last step + 1)
     steps: int  # planned
-    reward: Optional[float]  # smoothed reward at the last logged step
+    reward: Optional[float]  # final reward so far: mean of the last 10 logged rewards (harness.curves.final)
     collapsed: Optional[int]  # collapse onset step, None if none
     mlflow_run: str = ""
     detail: str = ""
@@ -71,7 +73,9 @@ def mlflow_progress(uri: str, experiment: str, sigs: list[str], window: int = 10
 
 def sweep_status(spec: SweepSpec) -> list[RunStatus]:
     from harness.launch.executors import job_states
-    from harness.launch.scoring import CollapseRule, collapse_onset, smooth
+    from analysis.config import AnalysisConfig
+    from analysis.measures import collapse_onset_index
+    from harness import curves
 
     runs = validate(spec)
     db = JobsDB(spec.sweep_dir)
@@ -82,7 +86,7 @@ def sweep_status(spec: SweepSpec) -> list[RunStatus]:
     except Exception as exc:  # noqa: BLE001 - status must still show the scheduler's view
         print(f"warning: cannot read MLflow at {uri}: {exc}", file=sys.stderr)
         progress = {}
-    rule = CollapseRule()
+    acfg = AnalysisConfig()
     rows = []
     for r in runs:
         rec = db.runs.get(r.signature, {})
@@ -105,8 +109,9 @@ def sweep_status(spec: SweepSpec) -> list[RunStatus]:
         step = reward = onset = None
         if p and p["rewards"]:
             step = p["steps"][-1] + 1
-            reward = smooth(p["rewards"], rule.window, rule.kind)[-1]
-            onset = collapse_onset(p["rewards"], rule, p["losses"])
+            reward = curves.final(p["rewards"], acfg.final_window)
+            i = collapse_onset_index(p["rewards"], acfg, p["losses"])
+            onset = p["steps"][i] if i is not None and i < len(p["steps"]) else i
         rows.append(RunStatus(run=r.name or spec.name, signature=r.signature, job=jid, state=state, step=step,
                               steps=r.cfg.trainer.steps, reward=reward, collapsed=onset,
                               mlflow_run=p["run_id"] if p else "", detail=detail))
@@ -121,7 +126,7 @@ def format_table(rows: list[list[str]], header: list[str]) -> str:
 
 def print_status(spec: SweepSpec, rows: list[RunStatus], out=None) -> None:
     out = sys.stdout if out is None else out
-    header = ["run", "signature", "job", "state", "step", "reward", "collapsed?"]
+    header = ["run", "signature", "job", "state", "step", "final reward", "collapsed?"]
     table = []
     for s in rows:
         table.append([

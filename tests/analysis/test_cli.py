@@ -28,7 +28,7 @@ def test_compare_prints_probability_of_improvement(store, capsys):
     assert rc == 0
     line = next(ln for ln in out.splitlines() if ln.startswith("| final reward"))
     assert line.rstrip().endswith("| 1.00 [1.00, 1.00] |"), line  # every n=16 run beats every collapsed rollout run
-    assert "P(A > B)" in out and "H=20" in out
+    assert "P(A > B)" in out and "collapse v2" in out
 
 
 def test_compare_errors(store, capsys):
@@ -48,4 +48,4 @@ def test_list_and_params(store, capsys):
     assert main(["list", "-e", "demo", "--tracking-uri", store.uri]) == 0
     assert "mean_n(n=16)\t3 runs" in capsys.readouterr().out
     assert main(["params"]) == 0
-    assert "collapse_hold = 20" in capsys.readouterr().out
+    assert "collapse_noise_z = 7" in capsys.readouterr().out

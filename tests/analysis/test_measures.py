@@ -2,7 +2,8 @@
 
 Tolerances (stated): the drop-from-peak onset lies within W/2 = 5 steps of the true drop step (the
 centred window sees the drop up to W/2 steps early); the change-point estimate within 3 steps.
-Stable, slowly converging and never-learning curves are never flagged.
+Stable, slowly converging and never-learning curves are never flagged. The benchmark of the rule
+(1200 labelled curves) is tested in ``test_benchmark.py``.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from analysis.measures import (
     auc,
     changepoint_onset_index,
     convergence_index,
-    drop_onset_index,
+    detect,
     final_reward,
     measure_run,
     smooth,
@@ -101,25 +102,50 @@ def test_earlier_of_drop_and_nan_wins():
     assert m["onset_kind"] == "nonfinite" and m["onset"] == 60
 
 
-def test_short_dip_and_truncated_drop_are_not_collapses():
-    # a dip shorter than H steps recovers: no collapse
+def test_recovered_dip_is_transient_and_a_drop_at_the_end_is_persistent():
+    # a dip that comes back to the plateau is a transient dip, reported but not a collapse
     r = curve(300, noise=0.02, seed=2)
-    r[150:160] = 0.3
-    assert not measure_run(series(r), finite_loss(300), CFG)["collapsed"]
-    # a drop with fewer than H steps left before the run ends is censored
+    r[150:190] = 0.3
+    m = measure_run(series(r), finite_loss(300), CFG)
+    assert not m["collapsed"] and m["collapse_kind"] == "transient" and m["dips"] == 1
+    assert abs(m["dip_step"] - 150) <= CFG.smooth_window // 2
+    # a drop 10 steps before the run ends (published curves stop once a run collapsed) counts
     r = curve(200, drop_at=190, noise=0.02, seed=3)
     m = measure_run(series(r), finite_loss(200), CFG)
-    assert not m["collapsed"] and m["collapse_time"] == 199
+    assert m["collapsed"] and m["collapse_kind"] == "persistent" and abs(m["onset"] - 190) <= 5
+    # ... given the minimum persistence: 2 low steps at the very end are not enough
+    r = curve(200, drop_at=198, noise=0.02, seed=3)
+    assert not measure_run(series(r), finite_loss(200), CFG)["collapsed"]
+    # a dip, a recovery, then a collapse that lasts: persistent, onset at the second drop, one dip
+    r = curve(400, noise=0.02, seed=4)
+    r[150:190] = 0.3
+    r[300:] = 0.3 + np.random.default_rng(0).normal(0, 0.02, 100)
+    m = measure_run(series(r), finite_loss(400), CFG)
+    assert m["collapsed"] and abs(m["onset"] - 300) <= 5 and m["dips"] == 1
 
 
-def test_drop_rule_margin_and_hold_parameters():
-    s = np.r_[np.linspace(0.2, 0.8, 50), np.full(50, 0.8), np.full(30, 0.65)]
-    # gain 0.6: margin = max(0.1, 0.3 * 0.6) = 0.18 > drop 0.15 -> no collapse
-    assert drop_onset_index(s, 0.2, 0.3, 0.1, 20) is None
-    # delta_rel 0.2: margin 0.12 < 0.15 -> collapse at index 100
-    assert drop_onset_index(s, 0.2, 0.2, 0.1, 20) == 100
-    # H longer than the low stretch -> none
-    assert drop_onset_index(s, 0.2, 0.2, 0.1, 31) is None
+def test_rule_is_scale_free():
+    """The margin comes from the run's own noise and gain: a curve and any a*r + b (a > 0) get the
+    same verdict and onset, while a fixed margin in reward units would not."""
+    for seed in range(6):
+        r = curve(300, r0=0.2, plateau=0.8, ramp=60, drop_at=200, drop_to=0.6, noise=0.05, seed=seed)
+        d = detect(r, CFG)
+        for a, b in ((0.1, 0.0), (0.1, 0.45), (10.0, -3.0)):
+            e = detect(a * r + b, CFG)
+            assert (e.kind, e.onset, e.dips) == (d.kind, d.onset, d.dips)
+            assert e.margin == pytest.approx(a * d.margin)
+        assert d.kind == "persistent"  # a drop of a third of the gain
+
+
+def test_margin_parameters():
+    s = np.r_[np.linspace(0.2, 0.8, 50), np.full(50, 0.8), np.full(30, 0.7)]  # exact, noise-free: sigma = 0
+    # gain 0.6: margin = 0.2 * 0.6 = 0.12 > drop 0.1 -> stable
+    assert detect(s, CFG).kind == "stable"
+    # f = 0.15: margin 0.09 < 0.1 -> collapse at the drop (within W/2 steps: the centred window blurs it)
+    d = detect(s, AnalysisConfig(collapse_gain_frac=0.15))
+    assert d.kind == "persistent" and abs(d.onset - 100) <= CFG.smooth_window // 2
+    # persistence longer than the low stretch -> none
+    assert detect(s, AnalysisConfig(collapse_gain_frac=0.15, collapse_persist=40)).kind == "stable"
 
 
 @pytest.mark.parametrize("shape", ["linear", "exponential"])
@@ -157,6 +183,7 @@ def test_convergence_censored_when_never_reached_and_undefined_below_r0():
 def test_changepoint_ignores_breaks_before_the_peak():
     x = np.r_[np.full(50, 0.2), np.full(50, 0.8), np.full(50, 0.5)] + np.random.default_rng(0).normal(0, 0.02, 150)
     assert changepoint_onset_index(x, peak_index=60, pen_scale=3, min_size=5, min_drop=0.05) == 100
+    assert changepoint_onset_index(x, peak_index=60, pen_scale=3, min_size=5, min_drop=0.35) is None
     assert changepoint_onset_index(x, peak_index=120, pen_scale=3, min_size=5, min_drop=0.05) is None
     assert changepoint_onset_index(x[:6], 0, 3, 5, 0.05) is None  # too short
 

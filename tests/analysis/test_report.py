@@ -47,7 +47,7 @@ def test_report_writes_every_figure_and_table(demo_report):
     for name in FIG_SIZES:
         assert f"]({name}.png)" in md
     assert "Not drawn" not in md and "KwaiKAT" in md
-    assert "H=20" in md  # parameters under the tables
+    assert "max(7*sigma/sqrt" in md  # parameters under the tables
     assert md.index("![n_sweep]") < md.index("![reward_vs_step]")  # --x n puts the sweep first
 
 

@@ -16,7 +16,7 @@ def test_rendering(tmp_path):
               pd.DataFrame({"group": ["tis(C=2,token)", "a|b"], "poi": [0.5, 1.0]}), cfg.describe(),
               notes=["100% sure_"], short_footer=cfg.describe_short())
     md = t.markdown()
-    assert md.splitlines()[0] == "| group | P(A > B) |" and "a\\|b" in md and "H=20" in md
+    assert md.splitlines()[0] == "| group | P(A > B) |" and "a\\|b" in md and "max(7*sigma/sqrt" in md
     tex = t.latex()
     for needle in ("\\toprule", "\\midrule", "\\bottomrule", "P(A \\textgreater{} B)", "100\\% sure\\_",
                    "a\\textbar{}b", "\\begin{tabular}{lr}"):
@@ -24,7 +24,7 @@ def test_rendering(tmp_path):
     paths = t.write(tmp_path)
     assert [p.suffix for p in paths] == [".md", ".csv", ".tex"]
     assert pd.read_csv(tmp_path / "x.csv")["poi"].tolist() == [0.5, 1.0]
-    assert "H=20" in t.terminal() and "<sub>" not in t.terminal()
+    assert "max(7*sigma/sqrt" in t.terminal() and "<sub>" not in t.terminal()
     assert latex_escape("a_b&c") == "a\\_b\\&c"
 
 

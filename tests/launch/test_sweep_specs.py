@@ -7,11 +7,13 @@ import subprocess
 import sys
 from collections import Counter
 
+import numpy as np
 import pytest
 import yaml
 
+from analysis import measures as analysis_measures
 from harness.config import ESTIMATORS, ROOT
-from harness.launch import scoring
+from harness.launch import tune
 from harness.launch.cluster import slurm_ready
 from harness.launch.sweep import SweepError, hydra_value, load_spec, parse_spec, validate
 
@@ -183,26 +185,29 @@ def test_duplicate_runs_run_once(tmp_path):
     assert len(validate(spec)) == 1
 
 
-# ------------------------------------------------------------------------------ scoring
-def test_collapse_onset_follows_the_rule():
-    rule = scoring.CollapseRule(window=1, delta_rel=0.3, delta_abs=0.05, hold=3)
-    up = [0.1, 0.3, 0.5, 0.7, 0.7]
-    assert scoring.collapse_onset(up + [0.6, 0.65, 0.6, 0.7], rule) is None  # dips, never held below 0.7-0.18
-    assert scoring.collapse_onset(up + [0.4, 0.3, 0.45, 0.2], rule) == 5
-    assert scoring.collapse_onset(up + [0.4, 0.3], rule) is None  # censored: not held long enough
-    assert scoring.collapse_onset(up, rule, losses=[0, 0, math.nan, 0, 0]) == 2
-
-
+# ------------------------------------------------------------------------------ the tune objective
 def test_objective_tail_mean_and_collapse():
-    obj = scoring.Objective(tail_frac=0.2, window=1, hold=2, delta_abs=0.05, delta_rel=0.3)
+    """The objective calls the report's collapse rule (analysis.measures), not a copy of it."""
+    obj = tune.Objective(tail_frac=0.2, window=1)
     flat = [0.5] * 8 + [0.8, 0.8]
-    assert scoring.score(flat, 10, obj)[0] == pytest.approx(0.8)
-    collapsed = [0.2, 0.4, 0.6, 0.8, 0.8, 0.8, 0.8, 0.2, 0.1, 0.1]  # onset at 7, inside the tail? tail = steps 8, 9
-    value, onset = scoring.score(collapsed, 10, obj)
-    assert onset == 7 and value == pytest.approx(0.1)
-    late = [0.2, 0.4, 0.6, 0.8, 0.8, 0.8, 0.8, 0.8, 0.9, 0.1]  # a drop in the last step: not (yet) a collapse
-    assert scoring.score(late, 10, obj) == (pytest.approx(0.5), None)
-    assert scoring.score(flat, 10, obj, diverged=True)[0] == 0.0
+    assert tune.score(flat, 10, obj)[0] == pytest.approx(0.8)
+    rng = np.random.default_rng(0)
+    up = list(np.clip(np.r_[np.linspace(0.2, 0.8, 40), np.full(60, 0.8)] + rng.normal(0, 0.02, 100), 0, 1))
+    collapsed = up + list(0.3 + rng.normal(0, 0.02, 20))  # 120 steps, onset at 100, tail = steps 96..119
+    value, onset = tune.score(collapsed, 120, obj)
+    assert onset is not None and abs(onset - 100) <= 2 and value == pytest.approx(0.3, abs=0.02)
+    assert onset == analysis_measures.collapse_onset_index(collapsed, obj.analysis_config)
+    value, onset = tune.score(up, 100, obj)
+    assert onset is None and value == pytest.approx(0.8, abs=0.02)
+    assert tune.score(flat, 10, obj, diverged=True)[0] == 0.0
+    assert tune.score(up, 100, obj, losses=[0.0] * 50 + [math.nan] * 50) == (0.0, 50)
+
+
+def test_objective_rejects_bad_keys():
+    with pytest.raises(SweepError, match="tune.objective.delta_abs: unknown key"):
+        tune.Objective.from_dict({"delta_abs": 0.1})
+    with pytest.raises(SweepError, match="collapse_gain_frac"):
+        tune.Objective.from_dict({"collapse_gain_frac": 2.0})
 
 
 # ------------------------------------------------------------------------------ no Slurm
