@@ -1,4 +1,4 @@
-"""Command line: ``python -m analysis {report,compare,list,params,readme} ...``.
+"""Command line: ``python -m analysis {report,compare,list,params,readme,validate} ...``.
 
 Exit status: 0 success, 2 a problem the user can fix (unknown experiment or group, bad option), 1 an
 unexpected error. Heavy modules (mlflow, matplotlib, pandas) are imported only once a command runs,
@@ -16,6 +16,7 @@ EPILOG = """examples:
   python -m analysis list
   python -m analysis params            # the pre-registered definitions and their defaults
   python -m analysis readme README.md  # refill the README's generated tables from docs/results/
+  python -m analysis validate          # the collapse detector on labelled curves (synthetic + analysis/data)
 """
 
 
@@ -55,6 +56,13 @@ def parser() -> argparse.ArgumentParser:
     mp = sub.add_parser("readme", help="refill a Markdown file's `<!-- generated: TABLE.md -->` blocks from report tables")
     mp.add_argument("file", nargs="?", default="README.md")
     mp.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block is stale")
+    vp = sub.add_parser("validate", help="precision, recall and onset error of the collapse detector on labelled curves")
+    vp.add_argument("--n", type=int, default=None, help="synthetic curves (default 1200)")
+    vp.add_argument("--seed", type=int, default=None, help="seed of the synthetic set (default 12)")
+    vp.add_argument("--no-cp", action="store_true", help="skip the change-point estimate (faster)")
+    vp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                    help="override an analysis parameter (repeatable; see `params`)")
+    vp.add_argument("--config", default=None, help="YAML file of analysis parameters")
     return ap
 
 
@@ -120,10 +128,24 @@ def cmd_readme(args) -> int:
     return readme(args.file, check=args.check)
 
 
+def cmd_validate(args) -> int:
+    from .benchmark import N_DEFAULT, SEED_DEFAULT
+    from .load import AnalysisError
+    from .validate import print_results, run
+
+    n = N_DEFAULT if args.n is None else args.n
+    seed = SEED_DEFAULT if args.seed is None else args.seed
+    if n < 10:
+        raise AnalysisError(f"--n must be >= 10, got {n}")
+    cfg = _config(args)
+    print_results(run(n, seed, cfg, with_cp=not args.no_cp), cfg, n, seed)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     handler = {"report": cmd_report, "compare": cmd_compare, "list": cmd_list, "params": cmd_params,
-               "readme": cmd_readme}[args.command]
+               "readme": cmd_readme, "validate": cmd_validate}[args.command]
     try:
         return handler(args)
     except Exception as exc:  # noqa: BLE001
