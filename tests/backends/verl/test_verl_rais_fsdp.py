@@ -146,3 +146,26 @@ def test_patched_fsdp_forward_feeds_router_shift_to_the_rais_loss(spec, rais_env
     monkeypatch.delenv(translate.RAIS_ENV)
     with pytest.raises(RuntimeError, match="router"):
         type(eng).forward_step(eng, td, partial(ppo_loss, config=actor), False)
+
+
+def test_sample_id_rides_with_its_row_through_verls_batching():
+    """The snapshot is keyed by ``harness_sample_id``: verl's shuffled mini-batches
+    (``tu.make_iterator``) and token-balanced micro-batches (``prepare_micro_batches``, dynamic
+    bsz) must keep it on its sample's row."""
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.engine.utils import prepare_micro_batches
+
+    from harness.backends.verl.plugins.rais_fsdp import SAMPLE_ID
+
+    td, ids, attn = _micro_batch(40)
+    first_tok = {int(ids[b, 0]): b for b in range(B)}
+    assert len(first_tok) == B  # each row recognisable by its first token
+    seen = []
+    for mb in tu.make_iterator(td, mini_batch_size=2, epochs=1, seed=1, dataloader_kwargs={"shuffle": True}):
+        tu.assign_non_tensor(mb, use_dynamic_bsz=True, max_token_len_per_gpu=P + R, micro_batch_size_per_gpu=1)
+        micro, _ = prepare_micro_batches(data=mb, dp_group=None, same_micro_num_in_dp=False)
+        for m in micro:
+            rows = [first_tok[int(x[0])] for x in m["input_ids"].unbind()]
+            assert m[SAMPLE_ID].tolist() == rows
+            seen += rows
+    assert sorted(seen) == list(range(B)) and seen != list(range(B))  # all rows, shuffled
