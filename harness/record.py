@@ -303,7 +303,7 @@ class RunRecord:
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text())
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RunFolderError(f"{path} cannot be read ({exc}): delete it, or --rerun") from None

@@ -62,13 +62,20 @@ def lock_for(db: Path, timeout_s: float = 60.0):
 
 
 def _touch_store(uri: str) -> None:
-    """Open the store once: creates and migrates a new database."""
+    """Open the store once: creates and migrates a new database (MLflow's INFO lines about it silenced)."""
+    import logging
+
+    db_log = logging.getLogger("mlflow.store.db.utils")
+    level = db_log.level
+    db_log.setLevel(logging.WARNING)
     try:
         from harness.tracking import client_for
 
         client_for(uri).search_experiments(max_results=1)
     except Exception as exc:  # noqa: BLE001 - any store failure is one message
         raise _tracking_error(uri, str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+    finally:
+        db_log.setLevel(level)
 
 
 def runs_of(client, experiment: str, signature: str | None = None, status: str | None = None) -> list[Any]:

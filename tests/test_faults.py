@@ -1,0 +1,251 @@
+"""Fault injection: nothing lost, nothing mixed up (issue 10; each test failed on 56d12ff).
+
+Real runs of the local backend (tiny budgets) into real sqlite stores under tmp_path; signals are
+sent to real ``python -m harness.run`` processes. The numbered observations are the issue's.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from harness import metrics as M
+from harness.config import ROOT, load
+from harness.run import execute, main
+
+
+class Stop(Exception):
+    pass
+
+
+def stop_at(n):
+    def on_step(step, values):
+        if step == n:
+            raise Stop
+        return False
+    return on_step
+
+
+def runs(uri, experiment="test"):
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(experiment)
+    return client.search_runs([exp.experiment_id]) if exp else []
+
+
+def steps_logged(uri, run_id):
+    return sorted(m.step for m in MlflowClient(uri).get_metric_history(run_id, M.REWARD_MEAN))
+
+
+def swap(overrides, key, value):
+    return [o for o in overrides if not o.startswith(key + "=")] + [f"{key}={value}"]
+
+
+# ------------------------------------------------------------------ identity (observations 1, 2, 3)
+def test_two_specs_in_one_folder_are_refused_not_answered_with_the_other(tiny_overrides, capsys):
+    first = tiny_overrides(steps=2, name="shared")
+    assert main(first) == 0
+    capsys.readouterr()
+    assert main(tiny_overrides("trainer.lr=1e-4", steps=2, name="shared")) == 2
+    err = capsys.readouterr().err
+    assert "belongs to another run" in err and "signature=" in err and "--rerun" in err and "out_dir" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert len(runs(load(first).tracking_uri)) == 1  # nothing was logged for the second spec
+
+
+def test_seed_0_checkpoint_in_seed_1_folder_is_refused_and_a_failure_ends_the_run_failed(tiny_overrides, capsys):
+    cfg0 = load(tiny_overrides("trainer.checkpoint_every=1", steps=4, name="s0"))
+    with pytest.raises(Stop):
+        execute(cfg0, on_step=stop_at(1), progress=False)
+    (run,) = runs(cfg0.tracking_uri)
+    assert run.info.status == "FAILED"  # any failure after the MLflow run exists (was KILLED or RUNNING)
+    over1 = tiny_overrides("trainer.checkpoint_every=1", "seed=1", steps=4, name="s1")
+    dst = load(over1).run_dir
+    dst.mkdir(parents=True)
+    shutil.copy(cfg0.run_dir / "checkpoint.pt", dst / "checkpoint.pt")
+    assert main(over1) == 2
+    err = capsys.readouterr().err
+    assert f"{dst / 'checkpoint.pt'} belongs to another run" in err and "seed=0" in err and "--rerun" in err
+    assert len(runs(cfg0.tracking_uri)) == 1  # seed 0's run was not continued as seed 1
+
+
+def test_a_new_store_with_the_old_runs_folder_trains_again_into_the_new_store(tiny_overrides, tmp_path, capsys):
+    over = tiny_overrides(steps=2, name="kept")
+    assert main(over) == 0
+    new_uri = f"sqlite:///{tmp_path}/new.db"
+    capsys.readouterr()
+    assert main(swap(over, "tracking.uri", new_uri)) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    (run,) = runs(new_uri)
+    assert run.info.status == "FINISHED" and f"mlflow run {run.info.run_id[:8]}" in line
+    assert run.data.tags["spec_sig"] == load(over).signature
+
+
+def test_sweep_counts_a_run_finished_only_when_its_store_says_so(tmp_path):
+    """A summary.json left in a folder (another store's) is not "finished"; a FINISHED run in the store is."""
+    sys.path.insert(0, str(ROOT / "tests" / "launch"))
+    from launch_helpers import SWEEPS, where
+
+    from harness.launch import sweep
+
+    uri = f"sqlite:///{tmp_path}/sweep.db"
+    spec = sweep.load_spec(str(SWEEPS / "tiny.yaml"), ["launcher=local", "grid.estimator=[recompute]", "seeds=[0]",
+                                                       *where(tmp_path, uri, "stale")])
+    (run,) = sweep.validate(spec)
+    run.cfg.run_dir.mkdir(parents=True)
+    (run.cfg.run_dir / "summary.json").write_text('{"run_id": "gone", "status": "finished"}')
+    assert [d.action for d in sweep.plan(spec, [run])] == ["submit"]
+    client = MlflowClient(uri)
+    mrun = client.create_run(client.create_experiment("stale"),
+                             tags={"spec_sig": run.signature, "seed": str(run.cfg.seed)})
+    assert [d.action for d in sweep.plan(spec, [run])] == ["submit"]  # RUNNING is not finished
+    client.set_terminated(mrun.info.run_id, "FINISHED")
+    assert [d.action for d in sweep.plan(spec, [run])] == ["finished"]
+
+
+def test_run_rerun_trains_a_finished_run_again(tiny_overrides, capsys):
+    over = tiny_overrides(steps=2, name="again")
+    assert main(over) == 0 and main(over) == 0
+    assert len(runs(load(over).tracking_uri)) == 1  # the second found it finished in the store
+    assert main([*over, "--rerun"]) == 0
+    assert len(runs(load(over).tracking_uri)) == 2
+    assert list(load(over).run_dir.glob("summary.json.prev-*"))
+
+
+# ---------------------------------------------------------------------- the store (4, 6, 7)
+def test_mlflow_tracking_uri_from_the_environment_wins_over_the_project_store(monkeypatch, tmp_path):
+    from analysis.load import default_tracking_uri as analysis_uri
+    from harness.uri import default_tracking_uri
+
+    env = f"sqlite:///{tmp_path}/env.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", env)
+    assert load([]).tracking_uri == env == analysis_uri()
+    assert load([f"tracking.uri=sqlite:///{tmp_path}/x.db"]).tracking_uri == f"sqlite:///{tmp_path}/x.db"
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    assert load([]).tracking_uri == default_tracking_uri() == analysis_uri()
+
+
+def test_a_dead_server_is_an_error_in_seconds_before_the_warm_start(tiny_overrides, tmp_path, monkeypatch, capsys):
+    for var in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+        monkeypatch.delenv(var, raising=False)
+    over = swap(tiny_overrides(name="dead"), "tracking.uri", "http://127.0.0.1:9")
+    t0 = time.monotonic()
+    assert main(over) == 1
+    took = time.monotonic() - t0
+    err = capsys.readouterr().err
+    assert took < 20, took  # 253 s of retries on 56d12ff
+    assert "cannot reach the MLflow tracking store at 'http://127.0.0.1:9'" in err and "warm start" not in err
+    assert not (tmp_path / "dead").exists()
+
+
+CHILD = """
+import sys, time
+from harness.config import load
+from harness.record import RunRecord
+from harness.tracking import Tracker
+cfg = load(sys.argv[2:])
+while time.time() < float(sys.argv[1]):
+    time.sleep(0.005)
+RunRecord(cfg).prepare()  # what execute does first: the store check (creation under a file lock)
+Tracker(cfg.tracking_uri, cfg.tracking.experiment, run_name="racer")
+print("ok")
+"""
+
+
+def test_processes_starting_at_once_on_a_fresh_sqlite_store_all_get_in(tiny_overrides):
+    procs, start = [], time.time() + 6  # every child imports first, then all go at once
+    for i in range(2):
+        over = tiny_overrides(name=f"racer{i}", steps=1)
+        procs.append(subprocess.Popen([sys.executable, "-c", CHILD, str(start), *over], cwd=ROOT,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [e[-400:] for _, e in outs]  # one failed, 3 times in 3, on 56d12ff
+    assert len(runs(load(tiny_overrides()).tracking_uri)) == 2
+
+
+# ------------------------------------------------------------------- bad input, files (8, 9)
+@pytest.mark.parametrize("bad", ["estimator=mean_n estimator.n=1e9", "trainer.lr=inf",
+                                 "tracking.experiment=../../x", "seed=-1"])
+def test_values_accepted_on_56d12ff_exit_2_before_anything_runs(tiny_overrides, tmp_path, capsys, bad):
+    over = tiny_overrides(*bad.split(), name="bad")
+    assert main(over) == 2
+    assert capsys.readouterr().err.startswith("error: ")
+    assert not (tmp_path / "mlruns.db").exists() and not (tmp_path / "bad").exists()
+
+
+def test_an_unwritable_out_dir_is_one_line_naming_it_and_no_mlflow_run(tiny_overrides, tmp_path, capsys):
+    (tmp_path / "a_file").write_text("x")
+    over = swap(tiny_overrides(name="x"), "out_dir", str(tmp_path / "a_file" / "run"))
+    assert main(over) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot write the run folder") and str(tmp_path / "a_file" / "run") in err
+    assert len(err.strip().splitlines()) == 1
+    assert runs(load(over).tracking_uri) == []  # checked before the MLflow run is created
+
+
+def test_a_corrupt_checkpoint_is_one_line_naming_the_file_and_the_fix(tiny_overrides, capsys):
+    over = tiny_overrides("trainer.checkpoint_every=1", steps=4, name="corrupt")
+    cfg = load(over)
+    with pytest.raises(Stop):
+        execute(cfg, on_step=stop_at(2), progress=False)
+    ckpt = cfg.run_dir / "checkpoint.pt"
+    blob = ckpt.read_bytes()
+    for bad in (blob[: len(blob) // 2], b"", os.urandom(4096)):
+        ckpt.write_bytes(bad)
+        assert main(over) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: checkpoint {ckpt} cannot be read") and "delete it" in err and "--rerun" in err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert main([*over, "--rerun"]) == 0  # the way out it names works
+    assert runs(cfg.tracking_uri)[0].info.status == "FINISHED"
+
+
+# ------------------------------------------------------------------ signals (5): SIGTERM, kill -9
+def _start(over):
+    return subprocess.Popen([sys.executable, "-m", "harness.run", *over], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _when_logged(uri, n, proc, timeout=120.0):
+    """Block until the experiment's run has logged at least n steps; returns (run_id, steps)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        rs = runs(uri)
+        if rs:
+            steps = steps_logged(uri, rs[0].info.run_id)
+            if len(steps) >= n:
+                return rs[0].info.run_id, steps
+        time.sleep(0.2)
+    proc.kill()
+    pytest.fail(f"no {n} steps logged in {timeout:.0f} s")
+
+
+def test_sigterm_ends_the_run_killed_with_a_checkpoint_and_kill_9_resumes_into_the_same_run(tiny_overrides):
+    over = tiny_overrides("trainer.checkpoint_every=3", steps=24, name="signals")
+    cfg = load(over)
+    proc = _start(over)
+    run_id, _ = _when_logged(cfg.tracking_uri, 2, proc)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert "Traceback" not in err and "ended KILLED" in err and "checkpoint" in err
+    assert MlflowClient(cfg.tracking_uri).get_run(run_id).info.status == "KILLED"  # RUNNING forever on 56d12ff
+    assert (cfg.run_dir / "checkpoint.pt").exists()
+
+    proc = _start(over)  # resumes; then kill -9 (nothing can be ended: the checkpoint carries on)
+    _, before = _when_logged(cfg.tracking_uri, len(steps_logged(cfg.tracking_uri, run_id)) + 3, proc)
+    proc.kill()
+    proc.wait(timeout=30)
+
+    proc = _start(over)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err[-2000:]
+    (run,) = runs(cfg.tracking_uri)
+    assert run.info.run_id == run_id and run.info.status == "FINISHED"
+    assert steps_logged(cfg.tracking_uri, run_id) == list(range(24))  # each step once
