@@ -46,7 +46,6 @@ def usage() -> str:
 
 SUMMARY_FILE = "summary.json"
 CHECKPOINT_FILE = "checkpoint.pt"
-SMOOTH = 10  # steps of the moving average behind final/peak reward in the summary
 
 
 @dataclass
@@ -115,8 +114,12 @@ def flat(d: dict, prefix: str = "") -> dict[str, object]:
     return out
 
 
-def _smoothed(xs: list[float]) -> list[float]:
-    return [sum(xs[max(0, i - SMOOTH + 1): i + 1]) / len(xs[max(0, i - SMOOTH + 1): i + 1]) for i in range(len(xs))]
+def summary_rewards(xs: list[float]) -> tuple[float, float]:
+    """``(final, peak)`` reward of a run: the report's definitions (``harness.curves``: final = mean of the
+    last 10 rewards, peak = max of the centred 10-step moving average)."""
+    from harness import curves
+
+    return curves.final(xs), curves.peak(xs)[0]
 
 
 def _device(cfg: RunConfig):
@@ -202,10 +205,10 @@ def execute(cfg: RunConfig, on_step: Callable[[int, dict[str, float]], bool] | N
     finally:
         bar.close()
 
-    smooth = _smoothed(rewards)
+    final, peak = summary_rewards(rewards)
     summary = RunSummary(
         run_id=tracker.run_id, signature=cfg.signature, status=status, steps_done=trainer.step,
-        final_reward=smooth[-1] if smooth else float("nan"), peak_reward=max(smooth, default=float("nan")),
+        final_reward=final, peak_reward=peak,
         time_per_step_s=sum(times) / len(times) if times else float("nan"),
     )
     record.finish(summary, {"summary/final_reward": summary.final_reward, "summary/peak_reward": summary.peak_reward,

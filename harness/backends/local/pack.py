@@ -53,7 +53,7 @@ def _train(records: list, device) -> list:
     from harness import metrics as M
     from harness.backends.local.trainer import PackTrainer
     from harness.record import Interrupted
-    from harness.run import RunSummary, _smoothed, flat, run_tags
+    from harness.run import RunSummary, flat, run_tags, summary_rewards
 
     cfgs = [r.cfg for r in records]
     trainer = PackTrainer(cfgs, device)
@@ -76,10 +76,9 @@ def _train(records: list, device) -> list:
     steps, every = cfgs[0].trainer.steps, cfgs[0].trainer.checkpoint_every
 
     def finish(j: int) -> None:
-        smooth = _smoothed(rewards[j])
+        final, peak = summary_rewards(rewards[j])
         s = RunSummary(run_id=trackers[j].run_id, signature=cfgs[j].signature, status=status[j],
-                       steps_done=trainer.step, final_reward=smooth[-1] if smooth else float("nan"),
-                       peak_reward=max(smooth, default=float("nan")),
+                       steps_done=trainer.step, final_reward=final, peak_reward=peak,
                        time_per_step_s=sum(times[j]) / len(times[j]) if times[j] else float("nan"))
         records[j].finish(s, {"summary/final_reward": s.final_reward, "summary/peak_reward": s.peak_reward,
                               "summary/time_per_step_s": s.time_per_step_s})
