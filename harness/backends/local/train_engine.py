@@ -63,19 +63,35 @@ def route(router_logits: Tensor, top_k: int, replay: Tensor | None = None) -> tu
 
 
 def _moe(w: dict, p: str, x: Tensor, top_k: int, replay: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-    """x [S, N, d]. Every expert on every token as two flat GEMMs per seed,
-    y = sum_e c_e SwiGLU_e(x) with c_e = g_e on the top-k set and 0 elsewhere (one fixed-order
-    reduction over E x f: deterministic)."""
-    s_, n, d = x.shape
-    e, _, f = w[p + "w_gate"].shape[1:]
+    """x [S, N, d] -> (y [S, N, d], router logits [S, N, E], selected [S, N, k]):
+    y = sum_{e in top-k} g_e SwiGLU_e(x), only the selected experts computed."""
     logits = _bmm(x, w[p + "router"])  # [S, N, E]
     selected, gates = route(logits, top_k, replay)
-    gate_up = torch.cat([w[p + "w_gate"], w[p + "w_up"]], -1).permute(0, 2, 1, 3).reshape(s_, d, e * 2 * f)
-    gu = _bmm(x, gate_up).view(s_, n, e, 2 * f)
-    h = F.silu(gu[..., :f]) * gu[..., f:]  # [S, N, E, f]
-    combine = torch.zeros_like(logits).scatter(-1, selected, gates)  # [S, N, E]
-    out = _bmm((h * combine[..., None]).reshape(s_, n, e * f), w[p + "w_down"].reshape(s_, e * f, d))
-    return out, logits, selected
+    outs = [_experts(x[s], selected[s], gates[s], w[p + "w_gate"][s], w[p + "w_up"][s], w[p + "w_down"][s])
+            for s in range(x.shape[0])]
+    return torch.stack(outs), logits, selected
+
+
+def _experts(x: Tensor, selected: Tensor, gates: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
+    """One seed's selected experts as a grouped GEMM: the (token, slot) pairs sorted by expert into
+    a zero-padded [E, capacity, d] batch (capacity from this seed's routing only, so a seed's
+    arithmetic, gradients included, does not depend on its pack); outputs scaled by their gates and
+    summed per token in ascending expert order (fixed: deterministic)."""
+    n, d = x.shape
+    e, _, f = w_gate.shape
+    k = selected.shape[-1]
+    flat = selected.reshape(-1)
+    order = flat.argsort(stable=True)
+    expert = flat[order]
+    counts = torch.bincount(flat, minlength=e)
+    cap = int(counts.max())
+    row = expert * cap + torch.arange(n * k, device=x.device) - (counts.cumsum(0) - counts)[expert]
+    token = order // k
+    xe = x.new_zeros(e * cap, d).index_copy(0, row, x.index_select(0, token)).view(e, cap, d)
+    gu = torch.bmm(xe, torch.cat([w_gate, w_up], -1))  # [E, C, 2f]
+    h = F.silu(gu[..., :f]) * gu[..., f:]
+    y = torch.bmm(h, w_down).view(e * cap, d).index_select(0, row) * gates.reshape(-1)[order][:, None]
+    return x.new_zeros(n, d).index_add(0, token, y)
 
 
 def forward(model: Policy | PolicyPack, tokens: Tensor, replay: Tensor | None = None) -> TrainOutput:
