@@ -14,7 +14,7 @@ it. The order of a run's bookkeeping, each step before anything heavier:
 2. :meth:`RunRecord.start` — creates the MLflow run (or re-attaches to the checkpoint's).
 3. :meth:`RunRecord.save_checkpoint` every ``trainer.checkpoint_every`` steps (atomic: tmp + rename).
 4. :meth:`RunRecord.finish` (summary, FINISHED) or :meth:`RunRecord.end` — an interrupt (SIGINT,
-   SIGTERM: :class:`Interrupted`) ends the MLflow run KILLED, any other failure FAILED: no run is left
+   SIGTERM: :class:`Interrupted`; submitit's preemption exit) ends the MLflow run KILLED, any other failure FAILED: no run is left
    RUNNING by a process that is gone (only ``kill -9`` can, and its checkpoint resumes it).
 
 Signals (:func:`signals_as_interrupts`, installed by the CLI): the first SIGINT/SIGTERM during the
@@ -283,7 +283,8 @@ class RunRecord:
         """An interrupted run ends KILLED, a failed one FAILED (best effort: the store may be the failure)."""
         if self.tracker is None:
             return
-        status = "KILLED" if isinstance(exc, (Interrupted, KeyboardInterrupt)) else "FAILED"
+        # SystemExit: submitit's preemption (USR2 -> checkpoint, requeue, exit): the requeued job resumes the run
+        status = "KILLED" if isinstance(exc, (Interrupted, KeyboardInterrupt, SystemExit)) else "FAILED"
         try:
             self.tracker.finish(status)
         except Exception:  # noqa: BLE001 - report the original failure, not this one

@@ -205,12 +205,16 @@ def execute(cfg: RunConfig, on_step: Callable[[int, dict[str, float]], bool] | N
     finally:
         bar.close()
 
-    final, peak = summary_rewards(rewards)
-    summary = RunSummary(
-        run_id=tracker.run_id, signature=cfg.signature, status=status, steps_done=trainer.step,
-        final_reward=final, peak_reward=peak,
-        time_per_step_s=sum(times) / len(times) if times else float("nan"),
-    )
+    try:
+        final, peak = summary_rewards(rewards)
+        summary = RunSummary(
+            run_id=tracker.run_id, signature=cfg.signature, status=status, steps_done=trainer.step,
+            final_reward=final, peak_reward=peak,
+            time_per_step_s=sum(times) / len(times) if times else float("nan"),
+        )
+    except BaseException as exc:
+        record.end(exc)
+        raise
     record.finish(summary, {"summary/final_reward": summary.final_reward, "summary/peak_reward": summary.peak_reward,
                             "summary/time_per_step_s": summary.time_per_step_s})
     return summary
