@@ -3,9 +3,10 @@
 verl's own ``FSDPEngineWithLMHead.forward_step`` (with its ``prepare_model_inputs/outputs``) runs
 here on CPU, patched by ``plugins/rais_fsdp.py``, with a tiny random HF Qwen3-MoE as the module and
 verl's ``ppo_loss`` as the loss. What cannot run here is replaced and named: the engine object is
-made without ``__init__`` (no FSDP wrapping, no process group), and verl's device lookup returns
-"cpu". The snapshot pass is driven directly (on a GPU, ``TrainingWorker.train_mini_batch`` does it
-through ``engine.infer_batch``, which needs a process group). The reference is computed
+made without ``__init__`` (no FSDP wrapping; a one-process gloo group), and verl's device lookups
+return "cpu". The snapshot pass runs through verl's ``engine.infer_batch`` as on a GPU; only its
+caller, the patched ``TrainingWorker.train_mini_batch``, is not exercised (it also needs verl's
+optimizer step). The reference is computed
 independently: plain HF forwards and the local backend's ``router_shift_gamma`` / ``rais_ratio``
 / ``ppo_loss``.
 """
@@ -25,6 +26,16 @@ B, P, R = 4, 3, 6
 
 
 @pytest.fixture
+def process_group(tmp_path):
+    """A one-process gloo group: verl's engine all-reduces token counts over its data-parallel group."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.fixture
 def rais_env(monkeypatch):
     monkeypatch.setenv(translate.RAIS_ENV, "1")
     monkeypatch.setenv(translate.GAMMA_MIN_ENV, "0.8")
@@ -36,12 +47,19 @@ def _engine(model, monkeypatch):
     from harness.backends.verl.plugins import rais_fsdp
 
     rais_fsdp.install()
-    monkeypatch.setattr(ti, "get_device_id", lambda: "cpu")  # verl has no CPU platform
-    monkeypatch.setattr(ti, "get_device_name", lambda: "cpu")
+    import sys
+
+    for name, mod in list(sys.modules.items()):  # verl has no CPU platform: its device lookups answer "cpu"
+        if name.startswith("verl.") and mod is not None:
+            for fn in ("get_device_id", "get_device_name"):
+                if callable(getattr(mod, fn, None)):
+                    monkeypatch.setattr(mod, fn, lambda: "cpu")
     eng = object.__new__(ti.FSDPEngineWithLMHead)  # no FSDP wrap / process group on CPU
     eng.module, eng.pad_to_length, eng.use_ulysses_sp, eng.ulysses_sequence_parallel_size = model, False, False, 1
     eng._autocast_dtype, eng.pass_packed_cu_seqlens, eng.ulysses_device_mesh = torch.float32, False, None
-    eng.engine_config = type("EngineCfg", (), {"entropy_checkpointing": False, "entropy_from_logits_with_chunking": False})
+    eng.engine_config = type("EngineCfg", (), {"entropy_checkpointing": False, "entropy_from_logits_with_chunking": False,
+                                               "forward_only": False, "fsdp_size": 1})
+    eng.optimizer, eng.ulysses_parallel_group, eng._is_offload_param, eng._is_offload_optimizer = None, None, False, False
     return eng
 
 
@@ -89,14 +107,14 @@ def _response_rows(x, attn):
     return torch.stack(out)
 
 
-def test_patched_fsdp_forward_feeds_router_shift_to_the_rais_loss(spec, rais_env, monkeypatch):
+def test_patched_fsdp_forward_feeds_router_shift_to_the_rais_loss(spec, rais_env, process_group, monkeypatch):
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
     from verl.utils import tensordict_utils as tu
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.utils.losses import ppo_loss
     from verl.workers.utils.padding import no_padding_2_padding
 
-    from harness.backends.verl.plugins.rais_fsdp import RouterSnapshot
+    from harness.backends.verl.plugins import rais_fsdp
 
     torch.manual_seed(0)
     hf = Qwen3MoeConfig(vocab_size=40, hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
@@ -106,12 +124,16 @@ def test_patched_fsdp_forward_feeds_router_shift_to_the_rais_loss(spec, rais_env
     eng = _engine(model, monkeypatch)
     td, ids, attn = _micro_batch(hf.vocab_size)
 
-    # the snapshot pass (pre-update weights): verl's forward with the router logits recorded per sample
-    eng._harness_router_snapshot = RouterSnapshot()
-    eng._harness_router_snapshot.recording = True
-    _, out = type(eng).forward_step(eng, td, None, True)
-    eng._harness_router_snapshot.recording = False
-    assert sorted(eng._harness_router_snapshot.samples) == list(range(B))
+    # the snapshot pass (pre-update weights), through verl's engine.infer_batch: eval mode, token-balanced
+    # micro batches (dynamic bsz), each forward recording the old top-K router log-probs per sample
+    snap_td = td.copy()
+    tu.assign_non_tensor(snap_td, use_dynamic_bsz=True, max_token_len_per_gpu=2 * (P + R), micro_batch_size_per_gpu=1,
+                         use_fused_kernels=False)
+    rais_fsdp.snapshot(eng, snap_td)
+    snap = eng._harness_router_snapshot
+    assert sorted(snap.samples) == list(range(B)) and not snap.recording
+    assert [snap.samples[b][1].shape for b in range(B)] == [(int(attn[b].sum()), hf.num_hidden_layers, 2) for b in range(B)]
+    _, out = type(eng).forward_step(eng, td, None, True)  # compute_log_prob's forward: old_log_prob
     old_logp = no_padding_2_padding(out["model_output"]["log_probs"], td).double()
     old_model = copy.deepcopy(model)
 

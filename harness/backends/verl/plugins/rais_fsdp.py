@@ -139,7 +139,7 @@ def snapshot(engine, data) -> None:
     tu.assign_non_tensor(td, calculate_entropy=False, compute_loss=False)
     snap.recording = True
     try:
-        with engine.eval_mode(disable_auto_offload=True):
+        with engine.eval_mode():  # loads offloaded weights for the pass (and offloads them after), as infer_batch
             engine.infer_batch(td, loss_function=None)
     finally:
         snap.recording = False
