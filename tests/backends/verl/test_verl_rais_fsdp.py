@@ -4,9 +4,9 @@ verl's own ``FSDPEngineWithLMHead.forward_step`` (with its ``prepare_model_input
 here on CPU, patched by ``plugins/rais_fsdp.py``, with a tiny random HF Qwen3-MoE as the module and
 verl's ``ppo_loss`` as the loss. What cannot run here is replaced and named: the engine object is
 made without ``__init__`` (no FSDP wrapping; a one-process gloo group), and verl's device lookups
-return "cpu". The snapshot pass runs through verl's ``engine.infer_batch`` as on a GPU; only its
-caller, the patched ``TrainingWorker.train_mini_batch``, is not exercised (it also needs verl's
-optimizer step). The reference is computed
+return "cpu". Our ``train_mini_batch`` wrapper runs for real (sample ids, the snapshot pass through verl's
+``engine.infer_batch`` as on a GPU); the verl ``train_mini_batch`` it then calls (the update loop
+with verl's optimizer step) is replaced by a recorder. The reference is computed
 independently: plain HF forwards and the local backend's ``router_shift_gamma`` / ``rais_ratio``
 / ``ppo_loss``.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 from functools import partial
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -124,12 +125,17 @@ def test_patched_fsdp_forward_feeds_router_shift_to_the_rais_loss(spec, rais_env
     eng = _engine(model, monkeypatch)
     td, ids, attn = _micro_batch(hf.vocab_size)
 
-    # the snapshot pass (pre-update weights), through verl's engine.infer_batch: eval mode, token-balanced
-    # micro batches (dynamic bsz), each forward recording the old top-K router log-probs per sample
-    snap_td = td.copy()
-    tu.assign_non_tensor(snap_td, use_dynamic_bsz=True, max_token_len_per_gpu=2 * (P + R), micro_batch_size_per_gpu=1,
-                         use_fused_kernels=False)
-    rais_fsdp.snapshot(eng, snap_td)
+    # the step's update call: our train_mini_batch tags the samples and runs the snapshot pass (pre-update
+    # weights) through verl's engine.infer_batch: eval mode, token-balanced micro batches (dynamic bsz),
+    # each forward recording the old top-K router log-probs per sample. verl's own train_mini_batch
+    # (the update loop, which needs its optimizer) is replaced by a recorder of what it would get.
+    del td["harness_sample_id"]
+    worker = SimpleNamespace(engine=eng, model_config={"use_remove_padding": True}, engine_config=SimpleNamespace(
+        use_dynamic_bsz=True, infer_max_token_len_per_gpu=2 * (P + R), infer_micro_batch_size_per_gpu=1,
+        use_fused_kernels=False))
+    handed = []
+    rais_fsdp.train_mini_batch(lambda self, data: handed.append(data), worker, td)
+    assert handed[0] is td and td["harness_sample_id"].tolist() == list(range(B))
     snap = eng._harness_router_snapshot
     assert sorted(snap.samples) == list(range(B)) and not snap.recording
     assert [snap.samples[b][1].shape for b in range(B)] == [(int(attn[b].sum()), hf.num_hidden_layers, 2) for b in range(B)]
