@@ -148,7 +148,7 @@ def validate(cfg: "RunConfig") -> "RunConfig":
         _require(v.strategy in ("fsdp", "fsdp2"), "estimator",
                  f"rais on verl runs on the FSDP engine only (our patch of its forward records the HF Qwen3-MoE "
                  f"router logits, plugins/rais_fsdp.py); verl.strategy={v.strategy} has no such patch: verl's "
-                 "megatron engine gives policy losses no router log-probs. Use verl.strategy=fsdp2")
+                 "megatron engine gives policy losses no router log-probs. Use model=qwen3_30b_a3b_fsdp (FSDP2)")
         _require(m.kind == "moe", "estimator", f"rais needs an MoE router; model {m.name} is {m.kind}")
         _require(p.use_remove_padding, "verl.parallel.use_remove_padding",
                  "rais on verl reads the router logits of the packed (remove-padding) forward: set it true")
