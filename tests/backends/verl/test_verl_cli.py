@@ -261,3 +261,12 @@ def test_plan_prints_a_memory_estimate_for_both_presets(capsys):
     assert rc == 1 and "DOES NOT FIT" in out and "expert data parallel size 1" in out
     rc, _, err = _run(capsys, "--plan")
     assert rc == 2 and "backend=verl" in err
+
+
+def test_cluster_extra_is_declared_and_ci_does_not_install_it():
+    import tomllib
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(d.startswith("verl[") and d.endswith("==0.9.1") and "vllm" in d for d in deps["cluster"])
+    assert {"megatron-core", "transformer-engine[pytorch]"} <= set(deps["cluster"])
+    assert "cluster" not in (ROOT / "scripts" / "install.sh").read_text()
