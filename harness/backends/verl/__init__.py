@@ -1,11 +1,14 @@
 """The verl backend: the same estimators in verl (+ vLLM rollout) on GPU clusters.
 
     command(cfg)          -> argv of ``env ... python -m verl.trainer.main_ppo <overrides>`` (--dry-run)
+    print_plan(cfg)       -> the per-GPU memory estimate (--plan; memory.py)
     train(cfg, tracker)   -> runs it for real: GPU/vLLM/data checks, the MLflow run (tags, spec,
                              resume), then verl as a subprocess; multi-node runs through launch.py
 
+verl's legacy trainer runs (``trainer.use_v1=false``; docs/verl.md, "Which trainer").
 Modules: config (VerlConfig, validate), translate (spec -> overrides), plugins (our code inside
-verl's workers: mean_n agent loop, rais loss, MLflow hook), metrics (verl names -> ours), launch
+verl's workers: mean_n and deterministic agent loops, rais loss + FSDP router patch, MLflow hook),
+memory (--plan), metrics (verl names -> ours), launch
 (Ray on Slurm), data/reward (prepared datasets). See docs/verl.md. Importing this package imports
 neither verl nor harness.config (harness.config imports VerlConfig from here).
 """
