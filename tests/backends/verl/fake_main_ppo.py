@@ -1,7 +1,7 @@
 """FAKE of ``python -m verl.trainer.main_ppo`` for CPU tests (the real one starts Ray, vLLM and GPU
 workers). It does what main_ppo does before that, with verl's own code: Hydra-composes verl's
 ``ppo_trainer.yaml`` with the argv overrides and runs ``validate_config``; then, in place of the
-training loop, verl's own ``Tracking`` (as the v1 trainer's ``fit`` builds it) logs made-up steps.
+training loop, verl's own ``Tracking`` (as the legacy trainer's ``fit`` builds it) logs made-up steps.
 FAKE_STEPS (env) lists the steps to log, e.g. "1,2".
 """
 import os
