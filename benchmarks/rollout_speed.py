@@ -17,6 +17,12 @@ of ``mean_n`` (n=8) vs ``recompute`` - all measured side by side in one process.
    MLflow store; the per-step ``time/step_s`` and ``time/old_logprob_s`` are read back from the
    MLflow metric histories (first step of each run dropped as warm-up) and their medians compared.
 
+3. Seed packs. ``PackTrainer`` steps of one seed alone (a pack of one) and of a pack of ``--pack``
+   seeds, interleaved, each followed by its MLflow ``log_batch`` per seed: seconds per step, the
+   pack's throughput over separate runs (S x alone / pack), seconds per ``--run-steps`` run
+   (extrapolated from the measured steps), and the wall time of the 9-estimator x ``--seeds``
+   ablation on ``--workers`` cores, as separate runs and in packs.
+
 One torch thread per process (``torch.set_num_threads(1)``): with two threads on a 2-core machine
 timings swing 20-40x. Needs transformers (``pip install -e .[test]``) for part 1.
 """
@@ -161,6 +167,57 @@ def print_steps(res: dict, steps: int, reps: int) -> None:
           f"old_logprob {res['ratio']['time/old_logprob_s']:.2f}x")
 
 
+# ----------------------------------------------------------------------------------- seed packs
+PACK_SPECS = {"recompute": ["estimator=recompute"], "mean_n(n=8)": ["estimator=mean_n", "estimator.n=8"]}
+ABLATION = ("rollout", "recompute", "tis", "mis", "icepop", "r3", "mean_n", "rais", "deterministic")
+
+
+def bench_packs(size: int, steps: int, workdir: Path) -> dict:
+    """Seconds per training step of one seed alone (a pack of one) and of a pack of ``size`` seeds,
+    interleaved, each step followed by its MLflow ``log_batch`` (one per seed) into a sqlite store."""
+    from harness.backends.local.trainer import PackTrainer
+    from harness.tracking import Tracker
+
+    out: dict = {}
+    for name, ov in PACK_SPECS.items():
+        cfgs = [load(ov + [f"seed={s}"]) for s in range(size)]
+        alone, pack = PackTrainer(cfgs[:1], torch.device("cpu")), PackTrainer(cfgs, torch.device("cpu"))
+        trackers = [Tracker(f"sqlite:///{workdir / 'packs.db'}", "benchmark_packs") for _ in range(size)]
+        times: dict[str, list[float]] = {"alone": [], "pack": []}
+        for rep in range(steps + 1):  # the first step of each is a warm-up
+            for label, trainer in (("alone", alone), ("pack", pack))[:: 1 if rep % 2 else -1]:
+                t0 = time.perf_counter()
+                values = trainer.run_step()
+                for tracker, v in zip(trackers, values):
+                    tracker.log_step(trainer.step, v)
+                if rep:
+                    times[label].append(time.perf_counter() - t0)
+        a, p = statistics.median(times["alone"]), statistics.median(times["pack"])
+        out[name] = {"alone_s_per_step": a, "pack_s_per_step": p, "throughput_ratio": size * a / p}
+    return out
+
+
+def print_packs(res: dict, size: int, steps: int, run_steps: int, seeds: int, workers: int) -> dict:
+    print(f"\nseed packs: PackTrainer, default spec, one seed alone vs a pack of {size} seeds, {steps} interleaved "
+          f"steps each (after one warm-up), MLflow log_batch per seed included; medians")
+    print(f"  {'estimator':14s} {'alone s/step':>13s} {'pack s/step':>12s} {'throughput':>11s} "
+          f"{run_steps}-step run: {'alone':>7s} {'in pack':>8s}")
+    for name, r in res.items():
+        print(f"  {name:14s} {r['alone_s_per_step']:13.3f} {r['pack_s_per_step']:12.3f} {r['throughput_ratio']:10.2f}x "
+              f"{'':15s}{run_steps * r['alone_s_per_step']:6.0f} s {run_steps * r['pack_s_per_step'] / size:7.0f} s")
+    print(f"  ({run_steps}-step times extrapolated from the measured {steps} steps; 'in pack' = the pack's wall "
+          f"time per seed)")
+    # the ablation: every estimator but mean_n costs about a recompute step (one training-engine forward)
+    cost = {e: res["mean_n(n=8)" if e == "mean_n" else "recompute"] for e in ABLATION}
+    cpu_alone = sum(seeds * run_steps * c["alone_s_per_step"] for c in cost.values())
+    cpu_pack = sum(seeds * run_steps * c["pack_s_per_step"] / size for c in cost.values())
+    est = {"runs": len(ABLATION) * seeds, "alone_min": cpu_alone / workers / 60, "packed_min": cpu_pack / workers / 60}
+    print(f"  ablation estimate: {len(ABLATION)} estimators x {seeds} seeds = {est['runs']} runs x {run_steps} steps on "
+          f"{workers} workers: {est['alone_min']:.0f} min as separate runs, {est['packed_min']:.0f} min in packs of "
+          f"{size} (mean_n's measured cost for mean_n, recompute's for the other 8; warm starts not included)")
+    return est
+
+
 # ---------------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -169,12 +226,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--long", type=int, default=64, help="new tokens of the long-decode case (0 = skip; default 64)")
     ap.add_argument("--steps", type=int, default=10, help="trainer.steps of each step-time run (default 10)")
     ap.add_argument("--step-reps", type=int, default=2, help="runs per estimator for the step time (default 2)")
-    ap.add_argument("--quick", action="store_true", help="smoke test: 5 reps, 4 steps, 1 run each")
+    ap.add_argument("--pack", type=int, default=8, help="seeds in the pack (default 8; 0 = skip the pack part)")
+    ap.add_argument("--pack-steps", type=int, default=6, help="measured steps alone and in the pack (default 6)")
+    ap.add_argument("--run-steps", type=int, default=300, help="steps of the extrapolated run (default 300)")
+    ap.add_argument("--seeds", type=int, default=20, help="seeds per estimator of the ablation estimate (default 20)")
+    ap.add_argument("--workers", type=int, default=2, help="parallel workers (cores) of the estimate (default 2)")
+    ap.add_argument("--quick", action="store_true", help="smoke test: 5 reps, 4 steps, 1 run each, 2 pack steps")
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument("--workdir", type=Path, help="keep the MLflow store and run dirs here (default: a temp dir)")
     args = ap.parse_args(argv)
     if args.quick:
-        args.reps, args.steps, args.step_reps = 5, 4, 1
+        args.reps, args.steps, args.step_reps, args.pack_steps = 5, 4, 1, 2
     torch.set_num_threads(1)
     t_start = time.perf_counter()
 
@@ -203,7 +265,11 @@ def main(argv: list[str] | None = None) -> int:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         results["steps"] = bench_steps(args.steps, args.step_reps, workdir)
-    print_steps(results["steps"], args.steps, args.step_reps)
+        print_steps(results["steps"], args.steps, args.step_reps)
+        if args.pack:
+            results["packs"] = bench_packs(args.pack, args.pack_steps, workdir)
+            results["ablation"] = print_packs(results["packs"], args.pack, args.pack_steps, args.run_steps,
+                                              args.seeds, args.workers)
     results["wall_s"] = time.perf_counter() - t_start
     print(f"\ntotal {results['wall_s']:.0f} s")
     if args.json:

@@ -72,7 +72,8 @@ class _Call:
         gens = gen if isinstance(gen, (list, tuple)) else [gen]
         self.cfg, self.gens, self.per = cfg, list(gens), groups
         self.groups = groups * len(self.gens)
-        self.r = rnd or rounder(DTYPES[cfg.dtype])
+        self.act = DTYPES[cfg.dtype]
+        self.r = rnd or rounder(self.act)
         splits = [1] * self.groups
         if cfg.batch_variance and not cfg.deterministic:
             idx = [i for g in self.gens for i in torch.randint(len(SPLITS), (groups,), generator=g, device=g.device).tolist()]
@@ -119,20 +120,21 @@ class _Call:
 
     def _mm(self, x: Tensor, w: Tensor, split: int) -> Tensor:
         """x [G, ..., K] @ w [G, K, F] (w [K, F]: shared), split-K partial products rounded to dtype."""
-        r, k = self.r, x.shape[-1]
+        act, k = self.act, x.shape[-1]
         if w.dim() == 2:
             w = w[None].expand(x.shape[0], -1, -1)
+        x32 = x.float()
 
-        def part(a: int, b: int) -> Tensor:
-            xs = x[..., a:b].reshape(x.shape[0], -1, b - a)
-            return torch.bmm(xs, w[:, a:b]).view(*x.shape[:-1], w.shape[-1])
+        def part(a: int, b: int) -> Tensor:  # float32 accumulation, rounded once to the activation dtype
+            xs = x32[..., a:b].reshape(x.shape[0], -1, b - a)
+            return torch.bmm(xs, w[:, a:b]).view(*x.shape[:-1], w.shape[-1]).to(act)
 
         if split == 1 or k % split:
-            return r(part(0, k))
+            return part(0, k)
         c = k // split
-        out = r(part(0, c))
+        out = part(0, c)
         for i in range(1, split):
-            out = r(out + r(part(i * c, (i + 1) * c)))  # rounded to dtype each time
+            out = out + part(i * c, (i + 1) * c)  # a dtype add: rounded each time
         return out
 
 
@@ -167,6 +169,7 @@ class InferenceEngine:
         seeds = list(seed) if isinstance(seed, (list, tuple)) else [seed]
         self.dtype = DTYPES[cfg.dtype]
         self.r = rounder(self.dtype)
+        self.act = self.dtype  # activations are held in dtype; matmuls accumulate in float32
         self.device = torch.device(device)
         self.sample_gens = [torch.Generator(self.device).manual_seed(s * 1000 + 1) for s in seeds]
         self.noise_gens = [torch.Generator(self.device).manual_seed(s * 1000 + 2) for s in seeds]
@@ -209,25 +212,27 @@ class InferenceEngine:
 
     # ------------------------------------------------------------------------------- forward
     def _rms(self, call: _Call, x: Tensor, weight: Tensor) -> Tensor:
+        """RMSNorm in float32, the result rounded to the activation dtype."""
         wg = call.per_group(weight)
         wg = wg.view(wg.shape[0], *([1] * (x.dim() - 2)), wg.shape[-1])
-        return self.r(x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.mcfg.norm_eps) * wg)
+        x = x.float()
+        return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.mcfg.norm_eps) * wg).to(self.act)
 
     def _rope(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        x1, x2 = x.chunk(2, dim=-1)
-        return self.r(torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1))
+        x1, x2 = x.float().chunk(2, dim=-1)
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(self.act)
 
     def _layer_moe(self, call: _Call, p: str, x: Tensor, layer: int):
         """x [G, N, d] -> (out [G, N, d], router log-probs [G, N, E], selected [G, N, k])."""
-        cfg, mc, r = self.cfg, self.mcfg, self.r
+        cfg, mc = self.cfg, self.mcfg
         g_, n, d = x.shape
         k = mc.top_k
-        logits = call.mm(x, self.w[p + "router"])
+        logits = call.mm(x, self.w[p + "router"]).float()
         if cfg.router_noise_sigma > 0:
             logits = logits + cfg.router_noise_sigma * self._noise(call, x, "router")
         probs = torch.softmax(logits, -1)
         gates, selected = probs.topk(k, dim=-1)
-        gates = r(gates / gates.sum(-1, keepdim=True))
+        gates = (gates / gates.sum(-1, keepdim=True)).to(self.act)
         m = g_ * n
         dest = torch.arange(m * k, device=x.device)  # where the (token, slot) pair goes in the sum order
         if not cfg.deterministic:  # random summation order per token: atomics
@@ -237,7 +242,7 @@ class InferenceEngine:
         y = self._experts(p, x.reshape(m, d), key.reshape(-1), gates.reshape(-1), dest).view(g_, n, k, d)
         out = y[:, :, 0]
         for j in range(1, k):
-            out = r(out + y[:, :, j])  # accumulation in dtype: order matters
+            out = out + y[:, :, j]  # accumulation in dtype: order matters
         return out, torch.log_softmax(logits, -1), selected
 
     def _experts(self, p: str, x: Tensor, key: Tensor, gates: Tensor, dest: Tensor) -> Tensor:
@@ -245,7 +250,7 @@ class InferenceEngine:
         [M, d] (``key`` = seed * E + expert, ``gates``: [M k]), written to rows ``dest``. One
         grouped matmul: the (token, slot) pairs sorted by (seed, expert) into a zero-padded
         [S E, capacity, d] batch (a row's result does not depend on the padding)."""
-        r, w_gu, w_down = self.r, self.w[p + "w_gate_up"], self.w[p + "w_down_flat"]
+        act, w_gu, w_down = self.act, self.w[p + "w_gate_up"], self.w[p + "w_down_flat"]
         m, d = x.shape
         groups, f, k = w_gu.shape[0], w_down.shape[1], key.numel() // m
         order = key.argsort(stable=True)
@@ -254,10 +259,10 @@ class InferenceEngine:
         cap = int(counts.max())
         row = group * cap + torch.arange(m * k, device=x.device) - (counts.cumsum(0) - counts)[group]
         xe = x.new_zeros(groups * cap, d).index_copy_(0, row, x.index_select(0, order // k)).view(groups, cap, d)
-        gu = r(torch.bmm(xe, w_gu))  # [S E, C, 2f]
-        h = r(r(F.silu(gu[..., :f])) * gu[..., f:])
-        ye = r(torch.bmm(h, w_down)).view(groups * cap, d).index_select(0, row)
-        ye = r(ye * gates.index_select(0, order)[:, None])
+        gu = torch.bmm(xe.float(), w_gu).to(act)  # [S E, C, 2f]
+        h = F.silu(gu[..., :f]) * gu[..., f:]  # dtype ops: each rounded
+        ye = torch.bmm(h.float(), w_down).to(act).view(groups * cap, d).index_select(0, row)
+        ye = ye * gates.index_select(0, order)[:, None]
         return torch.empty_like(ye).index_copy_(0, dest.index_select(0, order), ye)
 
     def _forward(self, call: _Call, tokens: Tensor, start: int, cache: _Cache | list | None, capacity: int = 0,
@@ -271,11 +276,11 @@ class InferenceEngine:
             tokens = tokens[None]
         if isinstance(cache, list):  # the old list-of-(k, v) API: a fresh cache
             cache = _Cache() if not cache else cache
-        mc, w, r = self.mcfg, self.w, self.r
+        mc, w, act = self.mcfg, self.w, self.act
         g_, b, t = tokens.shape
         h_, hd = mc.n_heads, mc.d_model // mc.n_heads
         cos, sin = rope_tables(torch.arange(start, start + t, device=tokens.device), hd, mc.rope_theta)
-        x = w["embed"][call.seed_of(tokens.device)[:, None, None], tokens]  # [G, B, t, d]
+        x = w["embed"][call.seed_of(tokens.device)[:, None, None], tokens].to(act)  # [G, B, t, d]
         router_logp, selected = [], []
         for li in range(mc.n_layers):
             p = f"blocks.{li}."
@@ -291,27 +296,31 @@ class InferenceEngine:
             if last and keep_from:  # the earlier positions only feed K and V
                 q, x, router_logp, selected = q[..., keep_from:, :], x[:, :, keep_from:], [], []
             tq = q.shape[-2]
-            scores = (q @ k.transpose(-1, -2)) / hd ** 0.5  # float32
-            if tq > 1:
+            if tq == 1:  # decode: one query per row; products and sums instead of tiny batched GEMMs
+                scores = (q.float() * k.float()).sum(-1, keepdim=True).transpose(-1, -2) / hd ** 0.5
+                attn = torch.softmax(scores, -1).to(act)
+                o = (attn.float().transpose(-1, -2) * v.float()).sum(-2, keepdim=True).to(act)
+            else:
+                scores = (q.float() @ k.float().transpose(-1, -2)) / hd ** 0.5  # float32
                 total = k.shape[-2]
                 causal = torch.ones(tq, total, dtype=torch.bool, device=x.device).tril(total - tq)
-                scores = scores.masked_fill(~causal, float("-inf"))
-            attn = r(torch.softmax(scores, -1))
-            o = r(attn @ v).transpose(2, 3).reshape(g_, b, tq, -1)
-            x = r(x + call.mm(o, w[p + "attn.o_proj"]))
+                attn = torch.softmax(scores.masked_fill(~causal, float("-inf")), -1).to(act)
+                o = (attn.float() @ v.float()).to(act)
+            o = o.transpose(2, 3).reshape(g_, b, tq, -1)
+            x = x + call.mm(o, w[p + "attn.o_proj"])
             hn = self._rms(call, x, w[p + "ffn_norm"]).reshape(g_, b * tq, -1)
             if mc.kind == "moe":
                 out, rl, sel = self._layer_moe(call, p + "ffn.", hn, li)
                 router_logp.append(rl.view(g_, b, tq, -1))
                 selected.append(sel.view(g_, b, tq, -1))
             else:
-                gate = r(F.silu(call.mm(hn, w[p + "ffn.w_gate"])))
-                out = call.mm(r(gate * call.mm(hn, w[p + "ffn.w_up"])), w[p + "ffn.w_down"])
-            x = r(x + out.view(g_, b, tq, -1))
+                gate = F.silu(call.mm(hn, w[p + "ffn.w_gate"]))
+                out = call.mm(gate * call.mm(hn, w[p + "ffn.w_up"]), w[p + "ffn.w_down"])
+            x = x + out.view(g_, b, tq, -1)
         if cache is not None:
             cache.length = start + t
         hidden = self._rms(call, x, w["final_norm"])
-        logits = call.mm(hidden, w["lm_head"])
+        logits = call.mm(hidden, w["lm_head"]).float()
         if self.cfg.logit_noise_sigma > 0:
             logits = logits + self.cfg.logit_noise_sigma * self._noise(call, hidden, "logits")
         rl = sel = None

@@ -157,7 +157,7 @@ def test_batched_calls_keep_their_own_split_k_and_match_one_call_each(setup):
         assert torch.equal(out[g], call._mm(x[g:g + 1], w, s)[0]), g
     by_split = {s: call._mm(x[:1], w, s) for s in SPLITS}
     assert not torch.equal(by_split[1], by_split[4])  # split-K changes the bf16 result
-    assert torch.equal(out, r(out))  # every output is a bf16 value
+    assert out.dtype == torch.bfloat16  # activations are bf16 values
 
 
 def test_scoring_keeps_only_the_response_positions_and_matches_a_full_forward(setup):
