@@ -112,7 +112,7 @@ class _Call:
         shared = w.dim() == 2  # [K, F]: the same weights for every group
         if len(self.by_split) == 1:
             return self._mm(x, w if shared else self.per_group(w), self.splits[0])
-        out = x.new_empty(*x.shape[:-1], w.shape[-1])
+        out = x.new_empty(*x.shape[:-1], w.shape[-1], dtype=self.act)
         for s, groups in self.by_split.items():
             idx = torch.tensor(groups, device=x.device)
             out[idx] = self._mm(x[idx], w if shared else self.per_group(w, groups), s)
