@@ -1,7 +1,7 @@
 # The two commands of the README. Both install into .venv first (scripts/install.sh).
 PY := .venv/bin/python
 
-.PHONY: install install-test demo test probe bench results clean verl-smoke verl-pass-variance
+.PHONY: install install-test demo test probe bench results ablation20 clean verl-smoke verl-pass-variance
 
 install:
 	bash scripts/install.sh
@@ -41,6 +41,12 @@ results: install
 
 bench: install-test
 	$(PY) benchmarks/rollout_speed.py
+
+# 9 estimators x 20 seeds (180 runs x 300 steps) in seed packs of 10 (sweeps/ablation20.yaml, issue 13),
+# then its report. benchmarks/rollout_speed.py prints the wall-time estimate for this machine.
+ablation20: install
+	$(PY) -m harness.sweep sweeps/ablation20.yaml launcher=local --wait
+	$(PY) -m analysis report --experiment ablation20 --out docs/results/ablation20
 
 # verl on a GPU box with vLLM (pip install -e '.[cluster]'); never in CI, not yet run by the project.
 # One training step per estimator with a tiny random Qwen3-MoE (docs/verl.md, "GPU checks").
