@@ -26,8 +26,11 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="MLflow tracking URI (default: sqlite:///<project root>/mlruns.db)")
     p.add_argument("--filter", default=None, dest="filter_string",
                    help="MLflow search filter on the runs, e.g. \"tags.task = 'sort'\"")
-    p.add_argument("--group-by", action="append", default=[], metavar="TAG",
-                   help="also split groups by this run tag (repeatable)")
+    p.add_argument("--group-by", action="append", default=[], metavar="KEY",
+                   help="a run tag or any logged param (e.g. perturbation, trainer.lr): its value in every label "
+                        "and a table pooled per value (repeatable)")
+    p.add_argument("--include-unfinished", action="store_true",
+                   help="keep runs that are not FINISHED (default: left out and listed in a note)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="override an analysis parameter (repeatable; see `params`)")
     p.add_argument("--config", default=None, help="YAML file of analysis parameters")
@@ -77,7 +80,8 @@ def cmd_report(args) -> int:
     from .report import build_report
 
     build_report(args.experiment, args.tracking_uri, args.out, _config(args), x=args.x,
-                 filter_string=args.filter_string, group_by=args.group_by, log_to_mlflow=not args.no_log)
+                 filter_string=args.filter_string, group_by=args.group_by, log_to_mlflow=not args.no_log,
+                 include_unfinished=args.include_unfinished)
     return 0
 
 
@@ -88,7 +92,8 @@ def cmd_compare(args) -> int:
 
     cfg = _config(args)
     exp = load_experiment(args.experiment, args.tracking_uri, metrics=(cfg.reward_metric, cfg.loss_metric),
-                          filter_string=args.filter_string, group_by=args.group_by)
+                          filter_string=args.filter_string, group_by=args.group_by,
+                          include_unfinished=args.include_unfinished)
     a, b = resolve_group(exp, args.a), resolve_group(exp, args.b)
     measures = measure_experiment(exp, cfg)
     print(compare_table(exp, measures, a, b, cfg).terminal())

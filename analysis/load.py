@@ -2,6 +2,18 @@
 
 - Runs come from ``MlflowClient.search_runs`` (all pages, active runs only, optional MLflow filter
   string such as ``"tags.task = 'sort'"``).
+- **Groups by identity**: a group is one spec up to the seed, the run tag ``group_sig`` (the spec
+  signature without the seed). Runs logged before that tag existed get a key computed from their
+  logged params minus ``seed``, ``tracking.*``, ``launcher.*``, ``out_dir``,
+  ``trainer.checkpoint_every`` and ``warmstart.*`` (outputs, not spec); runs with neither (foreign
+  runs) are keyed by their estimator tags. Runs that differ in anything but the seed are never pooled.
+  The label is ``estimator(knobs)`` plus, when several groups would share it, the keys that tell them
+  apart (:func:`identity_labels`); ``--group-by KEY`` (a tag or any param, e.g. ``trainer.lr``) adds
+  KEY's value to every label and a pooled table.
+- **Left out by default** (listed in :attr:`Experiment.notes` and :attr:`Experiment.excluded`): runs
+  whose MLflow status is not FINISHED (RUNNING orphans of a killed job, KILLED, FAILED), and runs
+  superseded by a later run of the same group and seed (a rerun); ``include_unfinished=True``
+  keeps the unfinished ones (the latest run per group and seed still wins).
 - Skipped: runs tagged ``analysis_summary=1`` (what ``report`` logs) and runs without an
   ``estimator`` tag. Runs tagged ``probe=1`` go to :attr:`Experiment.probes` (their latest metric
   values and ``model_kind``), not to the training groups.
@@ -16,12 +28,14 @@
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -75,6 +89,8 @@ class Experiment:
     histories: dict[str, dict[str, pd.Series]]
     probes: pd.DataFrame
     notes: list[str] = field(default_factory=list)
+    excluded: pd.DataFrame = field(default_factory=pd.DataFrame)  # run_id, label, seed, status, why
+    groups: pd.DataFrame = field(default_factory=pd.DataFrame)  # label, group_key, runs, seeds, apart
 
     @property
     def labels(self) -> list[str]:
@@ -168,6 +184,7 @@ def load_experiment(
     filter_string: str | None = None,
     group_by: Sequence[str] = (),
     threads: int = 4,
+    include_unfinished: bool = False,
 ) -> Experiment:
     """Load ``name`` from ``tracking_uri`` (default :func:`default_tracking_uri`).
 
@@ -202,21 +219,20 @@ def load_experiment(
         where = f" matching filter {filter_string!r}" if filter_string else ""
         raise AnalysisError(f"experiment {name!r} in {tracking_uri} holds no training or probe runs{where}")
 
-    runs = _runs_frame(training, group_by)
+    runs, excluded = select_runs(_runs_frame(training, group_by), include_unfinished)
+    kept = set(runs["run_id"])
+    training = [r for r in training if r.info.run_id in kept]
+    runs = _runs_frame(training, group_by)  # labels from the kept runs only
+    if len(excluded):
+        why = excluded["why"].value_counts()
+        counts = "; ".join(f"{n} {w}" for w, n in why.items())
+        listing = ", ".join(f"`{r.run_id[:8]}` ({r.label} seed {r.seed}: {r.why})" for r in excluded.itertuples())
+        notes.append(f"{len(excluded)} run(s) left out ({counts}): {listing}.")
     if len(runs):
-        dup = runs.groupby(["label", "seed"]).size()
-        dup = dup[dup > 1]
-        for (label, seed), count in dup.items():
-            notes.append(
-                f"group `{label}` has {count} runs for seed {seed} (they differ in an untagged setting or are "
-                "reruns); all are kept as replicates - use `--group-by TAG` or `--filter` to separate them."
-            )
-        unfinished = runs.loc[runs["status"] == "RUNNING", "run_id"].tolist()
+        unfinished = runs.loc[runs["status"] != "FINISHED", "run_id"].tolist()
         if unfinished:
-            notes.append(f"{len(unfinished)} run(s) are still RUNNING: their curves are partial.")
-        failed = runs.loc[runs["status"].isin(["FAILED", "KILLED"]), "run_id"].tolist()
-        if failed:
-            notes.append(f"{len(failed)} run(s) ended FAILED/KILLED; they are analysed with the steps they logged.")
+            notes.append(f"{len(unfinished)} run(s) did not finish (kept by include_unfinished): their curves are partial.")
+    groups = groups_frame(runs, training)
 
     histories = _load_histories(client, list(runs["run_id"]), metrics, threads)
     for metric in metrics:
@@ -226,14 +242,104 @@ def load_experiment(
             notes.append(f"metric `{metric}` is missing in {which}.")
     return Experiment(
         name=name, experiment_id=exp.experiment_id, tracking_uri=tracking_uri, runs=runs,
-        histories=histories, probes=_probes_frame(probes), notes=notes,
+        histories=histories, probes=_probes_frame(probes), notes=notes, excluded=excluded, groups=groups,
     )
 
 
 RUN_COLUMNS = (
     "run_id", "run_name", "status", "label", "estimator", "n", "clip_c", "level", "seed", "model", "model_kind",
-    "task", "backend", "perturbation", "spec_sig", "git_commit", "start_time",
+    "task", "backend", "perturbation", "spec_sig", "group_key", "git_commit", "start_time",
 )
+
+
+# params that are not the spec, or not what a run computes (harness/config.py NON_IDENTITY_KEYS + outputs)
+NON_IDENTITY_PREFIXES = ("tracking.", "launcher.", "warmstart.")
+NON_IDENTITY_PARAMS = ("seed", "out_dir", "trainer.checkpoint_every")
+KNOB_PARAMS = ("estimator.name", "estimator.n", "estimator.clip_c", "estimator.level")  # in the base label
+
+
+def identity_params(params: Mapping[str, str]) -> dict[str, str]:
+    """A run's logged params that define its group: all but the seed and the non-identity keys."""
+    return {k: v for k, v in params.items()
+            if k not in NON_IDENTITY_PARAMS and not k.startswith(NON_IDENTITY_PREFIXES)}
+
+
+def group_key(tags: Mapping[str, str], params: Mapping[str, str]) -> str:
+    """``group_sig`` tag; else a hash of :func:`identity_params` (``p:`` prefix); else the estimator tags
+    (``t:`` prefix: runs logged by something other than the harness)."""
+    sig = tag_text(tags.get("group_sig"))
+    if sig:
+        return sig
+    ident = identity_params(params)
+    if ident:
+        blob = json.dumps(sorted(ident.items()), separators=(",", ":"))
+        return "p:" + hashlib.sha256(blob.encode()).hexdigest()[:10]
+    knobs = [tag_text(tags.get(k)) for k in ("estimator", "n", "clip_c", "level", *CONTEXT_TAGS)]
+    return "t:" + hashlib.sha256("|".join(knobs).encode()).hexdigest()[:10]
+
+
+def _param_value(run, key: str) -> str:
+    """A ``--group-by`` key: the run tag of that name, else the logged param (``trainer.lr``)."""
+    return tag_text(run.data.tags.get(key)) or tag_text(run.data.params.get(key))
+
+
+def identity_labels(base: Mapping[str, str], params: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+    """``{group_key: label}``: the base label (``estimator(knobs)[context]``) where it is unique, else the
+    base label plus ``[key=value,...]`` for the identity params that differ among the groups sharing it
+    (``rollout[trainer.lr=0.0001]``); ``[group=KEY]`` when no logged param tells them apart."""
+    by_base: dict[str, list[str]] = {}
+    for key, label in base.items():
+        by_base.setdefault(label, []).append(key)
+    out = {}
+    for label, keys in by_base.items():
+        if len(keys) == 1:
+            out[keys[0]] = label
+            continue
+        names = sorted({k for g in keys for k in params.get(g, {})})
+        differ = [k for k in names if len({params.get(g, {}).get(k) for g in keys}) > 1 and k not in KNOB_PARAMS]
+        for g in keys:
+            p = params.get(g, {})
+            extra = ",".join(f"{k}={p.get(k, 'na')}" for k in differ) if differ else f"group={g}"
+            out[g] = label[:-1] + "," + extra + "]" if label.endswith("]") else f"{label}[{extra}]"
+    return out
+
+
+def select_runs(runs: pd.DataFrame, include_unfinished: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(kept, left out)``: runs not FINISHED out (unless ``include_unfinished``), then per (group, seed)
+    the latest run by start time kept and the others out as superseded; column ``why`` says which."""
+    cols = ["run_id", "label", "seed", "status"]
+    if runs.empty:
+        return runs, pd.DataFrame(columns=cols + ["why"])
+    out = []
+    keep = runs
+    if not include_unfinished:
+        bad = keep["status"] != "FINISHED"
+        out += [{**r, "why": f"status {r['status']}"} for r in keep.loc[bad, cols].to_dict("records")]
+        keep = keep[~bad]
+    latest = keep.sort_values("start_time", kind="stable").groupby(["group_key", "seed"], sort=False).tail(1).index
+    sup = keep[~keep.index.isin(latest)]
+    out += [{**r, "why": "superseded by a later run of the same spec and seed"} for r in sup[cols].to_dict("records")]
+    keep = keep[keep.index.isin(latest)]
+    return keep.reset_index(drop=True), pd.DataFrame(out, columns=cols + ["why"])
+
+
+def groups_frame(runs: pd.DataFrame, training: list) -> pd.DataFrame:
+    """One row per group: label, group key, runs, seeds, and ``apart``: the identity params that vary
+    across the experiment's groups, with this group's values (what sets it apart)."""
+    cols = ["label", "group_key", "runs", "seeds", "apart"]
+    if runs.empty:
+        return pd.DataFrame(columns=cols)
+    params = {r.info.run_id: identity_params(r.data.params) for r in training}
+    per_group = {g: params.get(ids.iloc[0], {}) for g, ids in runs.groupby("group_key", sort=False)["run_id"]}
+    names = sorted({k for p in per_group.values() for k in p})
+    varying = [k for k in names if len({p.get(k) for p in per_group.values()}) > 1]
+    rows = []
+    for label, g in runs.groupby("label", sort=False):
+        p = per_group.get(g["group_key"].iloc[0], {})
+        apart = ", ".join(f"{k}={p[k]}" for k in varying if tag_text(p.get(k)))
+        rows.append({"label": label, "group_key": g["group_key"].iloc[0], "runs": len(g),
+                     "seeds": int(g["seed"].nunique()), "apart": apart or "-"})
+    return pd.DataFrame(rows, columns=cols)
 
 
 def _runs_frame(training: list, group_by: Sequence[str]) -> pd.DataFrame:
@@ -242,18 +348,21 @@ def _runs_frame(training: list, group_by: Sequence[str]) -> pd.DataFrame:
     context = [t for t in CONTEXT_TAGS if t not in group_by]
     varying = [t for t in context if len({tag_text(r.data.tags.get(t)) for r in training}) > 1]
     varying += [t for t in group_by if t not in varying]
-    rows = []
+    rows, base, params = [], {}, {}
     for run in training:
         tags = run.data.tags
         level = _level(run)
-        label_tags = {**tags, "level": level}
+        label_tags = {**tags, "level": level, **{t: _param_value(run, t) for t in group_by}}
         suffix = context_suffix(label_tags, varying)
         seed = tag_number(tags.get("seed"))
+        key = group_key(tags, run.data.params)
+        base.setdefault(key, base_label(label_tags) + suffix)
+        params.setdefault(key, identity_params(run.data.params))
         row = {
             "run_id": run.info.run_id,
             "run_name": run.info.run_name,
             "status": run.info.status,
-            "label": base_label(label_tags) + suffix,
+            "label": "",
             "estimator": tag_text(tags.get("estimator")),
             "n": tag_number(tags.get("n")),
             "clip_c": tag_number(tags.get("clip_c")),
@@ -265,14 +374,17 @@ def _runs_frame(training: list, group_by: Sequence[str]) -> pd.DataFrame:
             "backend": tag_text(tags.get("backend")),
             "perturbation": arm_text(tags.get("perturbation")),
             "spec_sig": tag_text(tags.get("spec_sig")),
+            "group_key": key,
             "git_commit": tag_text(tags.get("git_commit")),
             "start_time": run.info.start_time,
-            "_key": sort_key(tag_text(tags.get("estimator")), tag_number(tags.get("n")),
-                             tag_number(tags.get("clip_c")), level, suffix),
         }
         for t in group_by:
-            row.setdefault(t, tag_text(tags.get(t)))
+            row.setdefault(t, label_tags[t])
         rows.append(row)
+    labels = identity_labels(base, params)
+    for row in rows:
+        row["label"] = labels[row["group_key"]]
+        row["_key"] = sort_key(row["estimator"], row["n"], row["clip_c"], row["level"], row["label"])
     rows.sort(key=lambda r: (r["_key"], r["seed"], r["start_time"] or 0))
     frame = pd.DataFrame(rows).drop(columns="_key")
     return frame.reset_index(drop=True)

@@ -23,7 +23,8 @@ import pandas as pd
 from .config import AnalysisConfig, ConfigError
 from .load import SUMMARY_TAG, Experiment, load_experiment
 from .measures import measure_experiment
-from .tables import Table, marginal_table, noise_probe_table, poi_table, runs_table, summary_table, sweep_table
+from .tables import (Table, groups_table, marginal_table, noise_probe_table, poi_table, runs_table, summary_table,
+                     sweep_table)
 
 SWEEP_FIGURE = {"n": "n_sweep", "clip_c": "tis_sensitivity"}
 FIGURE_TITLES = {
@@ -58,15 +59,17 @@ def build_report(
     group_by: Sequence[str] = (),
     log_to_mlflow: bool = True,
     echo: Callable[[str], None] | None = print,
+    include_unfinished: bool = False,
 ) -> ReportResult:
     """Write the report of ``experiment``; see the module docstring. Raises ``AnalysisError``."""
     cfg = cfg or AnalysisConfig()
     if x not in (None, "n", "clip_c"):
         raise ConfigError(f"--x must be n or clip_c, got {x!r}")
     out = Path(out_dir) if out_dir else Path("figures") / experiment
-    out.mkdir(parents=True, exist_ok=True)
     metrics = (cfg.reward_metric, cfg.loss_metric, cfg.kl_metric, cfg.time_metric)
-    exp = load_experiment(experiment, tracking_uri, metrics=metrics, filter_string=filter_string, group_by=group_by)
+    exp = load_experiment(experiment, tracking_uri, metrics=metrics, filter_string=filter_string, group_by=group_by,
+                          include_unfinished=include_unfinished)
+    out.mkdir(parents=True, exist_ok=True)  # only once the experiment is there: a bad name leaves no folder
     result = ReportResult(experiment, out, out / "report.md", notes=list(exp.notes))
 
     measures = measure_experiment(exp, cfg)
@@ -85,6 +88,7 @@ def build_report(
     tables: dict[str, Table] = {}
     if len(measures):
         tables["summary"] = summary_table(exp, measures, cfg)
+        tables["groups"] = groups_table(exp, cfg)
         tables["runs"] = runs_table(exp, measures, cfg)
         for tag in group_by:
             by = marginal_table(exp, measures, cfg, tag)
@@ -176,6 +180,8 @@ def render_markdown(exp: Experiment, result: ReportResult, cfg: AnalysisConfig, 
     md += ["## Summary", ""]
     md += [t["summary"].markdown(short=True), ""] if "summary" in t else [f"> Not available: {result.skipped.get('summary')}", ""]
     md += ["Files: `summary.md`, `summary.csv`, `summary.tex`; per run: `runs.md`, `runs.csv`, `runs.tex`.", ""]
+    if "groups" in t:
+        md += ["## Groups: what sets each apart", "", t["groups"].markdown(short=True), ""]
     for name in [n for n in t if n.startswith("by_")]:
         md += [f"## {t[name].title}", "", t[name].markdown(short=True), "", f"Files: `{name}.md|csv|tex`.", ""]
 

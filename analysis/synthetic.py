@@ -56,10 +56,12 @@ class SyntheticRun:
 
     def tags(self) -> dict[str, str]:
         na = lambda v: "na" if v is None else str(v)  # noqa: E731
+        ident = repr((self.estimator, self.n, self.clip_c, self.level, sorted(self.extra_tags.items())))
         return {
             "estimator": self.estimator, "n": na(self.n), "clip_c": na(self.clip_c), "level": na(self.level),
             "seed": str(self.seed), "backend": "local", "model": "moe_tiny", "model_kind": "moe", "task": "sort",
-            "spec_sig": hashlib.sha1(repr((self.estimator, self.n, self.clip_c, self.level)).encode()).hexdigest()[:8],
+            "spec_sig": hashlib.sha1((ident + str(self.seed)).encode()).hexdigest()[:8],
+            "group_sig": hashlib.sha1(ident.encode()).hexdigest()[:8],
             "git_commit": "synthetic", **self.extra_tags,
         }
 

@@ -229,6 +229,23 @@ def marginal_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig,
     return t
 
 
+def groups_table(exp: Experiment, cfg: AnalysisConfig) -> Table:
+    """One row per group: its key (``group_sig``), runs, seeds, and the identity params that vary across
+    the experiment's groups with this group's values: what sets it apart from the others."""
+    g = exp.groups
+    frame = pd.DataFrame({"group": g["label"], "group_sig": g["group_key"], "runs": g["runs"], "seeds": g["seeds"],
+                          "what sets it apart": g["apart"]})
+    t = Table("groups", "Groups and what sets each apart", frame, g.copy(), cfg.describe(),
+              short_footer=cfg.describe_short())
+    t.notes.append("a group is one spec up to the seed (the run tag group_sig, or for older runs a hash of the "
+                   "logged params without seed, tracking, launcher and output keys); the last column lists the "
+                   "params that take more than one value across the groups, with this group's values.")
+    if len(exp.excluded):
+        t.notes.append(f"{len(exp.excluded)} run(s) left out (not FINISHED, or superseded by a later run of the same "
+                       "spec and seed): see the notes.")
+    return t
+
+
 def runs_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig) -> Table:
     m = measures.merge(exp.runs[["run_id", "status", "spec_sig"]], on="run_id", how="left")
     frame = pd.DataFrame({

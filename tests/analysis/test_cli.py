@@ -15,10 +15,12 @@ def test_help_imports_nothing_heavy():
     assert not imported & {"mlflow", "matplotlib", "pandas", "numpy", "torch", "scipy"}, imported
 
 
-def test_unknown_experiment_exits_2_listing_experiments(store, capsys):
+def test_unknown_experiment_exits_2_listing_experiments(store, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     assert main(["report", "--experiment", "nope", "--tracking-uri", store.uri, "--no-log"]) == 2
     err = capsys.readouterr().err
     assert "no experiment named 'nope'" in err and "demo" in err and "single" in err
+    assert not (tmp_path / "figures").exists()  # no empty figures/nope/ left behind
 
 
 def test_compare_prints_probability_of_improvement(store, capsys):

@@ -95,3 +95,69 @@ def test_bulk_and_per_run_paths_agree(store, monkeypatch):
         assert set(runs) == set(per_run.histories[metric])
         for run_id, s in runs.items():
             assert s.equals(per_run.histories[metric][run_id]), (metric, run_id)
+
+
+def _old_style_run(client, exp_id, seed: int, lr: str, status: str = "FINISHED", T: int = 40, tags: dict | None = None,
+                   steps: int = 40):
+    """A harness run as logged before the group_sig tag: estimator tags, the spec as params."""
+    tags = {"estimator": "rollout", "n": "na", "clip_c": "na", "level": "na", "seed": str(seed), "model": "moe_tiny",
+            "task": "sort", "backend": "local", **(tags or {})}
+    run = client.create_run(exp_id, tags=tags)
+    rid = run.info.run_id
+    for k, v in {"estimator.name": "rollout", "trainer.lr": lr, "trainer.steps": str(steps), "seed": str(seed),
+                 "tracking.uri": "sqlite:///x.db", "out_dir": f"/tmp/{seed}", "warmstart.steps": str(40 + seed)}.items():
+        client.log_param(rid, k, v)
+    ts = int(time.time() * 1000)
+    client.log_batch(rid, metrics=[Metric(M.REWARD_MEAN, float(v), ts + i, i) for i, v in enumerate(curve(T, seed=seed))])
+    if status != "RUNNING":
+        client.set_terminated(rid, status=status)
+    return rid
+
+
+def test_runs_differing_only_in_lr_are_two_groups(fresh_store):
+    """Old runs (no group_sig tag): the key comes from the logged params minus seed and output keys; the
+    label names the param that tells the groups apart, and the groups table lists it."""
+    client = MlflowClient(fresh_store.uri)
+    exp_id = client.create_experiment("lr")
+    for seed in (0, 1):
+        _old_style_run(client, exp_id, seed, "0.0003")
+        _old_style_run(client, exp_id, seed, "0.0001")
+    exp = load_experiment("lr", fresh_store.uri)
+    assert sorted(exp.labels) == ["rollout[trainer.lr=0.0001]", "rollout[trainer.lr=0.0003]"]
+    assert all(sorted(exp.runs.loc[exp.runs.label == lab, "seed"]) == [0, 1] for lab in exp.labels)
+    apart = dict(zip(exp.groups["label"], exp.groups["apart"]))
+    assert apart["rollout[trainer.lr=0.0001]"] == "trainer.lr=0.0001"  # seed, out_dir, warmstart.* are not identity
+    # --group-by accepts a param, not only a tag
+    exp = load_experiment("lr", fresh_store.uri, group_by=["trainer.lr"])
+    assert sorted(exp.labels) == ["rollout[0.0001]", "rollout[0.0003]"] and "trainer.lr" in exp.runs
+
+
+def test_group_sig_tag_wins_and_splits_groups_tags_cannot(fresh_store):
+    client = MlflowClient(fresh_store.uri)
+    exp_id = client.create_experiment("sig")
+    for seed in (0, 1):
+        _old_style_run(client, exp_id, seed, "0.0003", tags={"group_sig": "aaaa"})
+        _old_style_run(client, exp_id, seed, "0.0003", tags={"group_sig": "bbbb"})  # same params, other identity
+    exp = load_experiment("sig", fresh_store.uri)
+    assert len(exp.labels) == 2 and set(exp.runs["group_key"]) == {"aaaa", "bbbb"}
+    assert sorted(exp.labels) == ["rollout[group=aaaa]", "rollout[group=bbbb]"]
+
+
+def test_orphan_and_superseded_runs_are_left_out_and_listed(fresh_store):
+    """A killed job's RUNNING orphan, a KILLED run and an older FINISHED run of the same spec and seed are
+    not pooled with the finished rerun as extra seeds (the reliability review's F9)."""
+    client = MlflowClient(fresh_store.uri)
+    exp_id = client.create_experiment("orphans")
+    orphan = _old_style_run(client, exp_id, 0, "0.0003", status="RUNNING", T=15)
+    killed = _old_style_run(client, exp_id, 0, "0.0003", status="KILLED", T=12)
+    old = _old_style_run(client, exp_id, 1, "0.0003")
+    time.sleep(0.01)
+    rerun0 = _old_style_run(client, exp_id, 0, "0.0003")
+    rerun1 = _old_style_run(client, exp_id, 1, "0.0003")
+    exp = load_experiment("orphans", fresh_store.uri)
+    assert sorted(exp.runs["run_id"]) == sorted([rerun0, rerun1]) and exp.labels == ["rollout"]
+    why = dict(zip(exp.excluded["run_id"], exp.excluded["why"]))
+    assert why[orphan] == "status RUNNING" and why[killed] == "status KILLED" and "superseded" in why[old]
+    assert any("3 run(s) left out" in n and orphan[:8] in n for n in exp.notes)
+    kept = load_experiment("orphans", fresh_store.uri, include_unfinished=True)
+    assert len(kept.runs) == 2 and len(kept.excluded) == 3  # the latest run of each seed still wins

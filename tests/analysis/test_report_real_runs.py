@@ -1,5 +1,6 @@
-"""A report over a small real experiment made by the harness in the test: 2 estimators x 2 seeds,
-6 steps each, tiny batches, logged to a tmp sqlite store (never the project's mlruns.db)."""
+"""A report over a small real experiment made by the harness in the test: 2 estimators x 2 seeds plus
+one rollout run that differs only in the learning rate, 6 steps each, tiny batches, logged to a tmp
+sqlite store (never the project's mlruns.db)."""
 from __future__ import annotations
 
 import shutil
@@ -20,11 +21,15 @@ SEEDS = (0, 1)
 STEPS = 6
 
 
-def harness_run(tmp, estimator: str, seed: int) -> None:
+LR_RUN = ("rollout", 0, "trainer.lr=0.0001")  # the default lr is 3e-4
+
+
+def harness_run(tmp, estimator: str, seed: int, *extra: str) -> None:
     subprocess.run(
         [sys.executable, "-m", "harness.run", f"estimator={estimator}", f"seed={seed}", f"trainer.steps={STEPS}",
-         "trainer.prompts_per_step=4", "trainer.group_size=4", "trainer.num_minibatches=2",
-         f"tracking.uri=sqlite:///{tmp}/m.db", "tracking.experiment=small", f"out_dir={tmp}/run_{estimator}_{seed}"],
+         "trainer.prompts_per_step=4", "trainer.group_size=4", "trainer.num_minibatches=2", *extra,
+         f"tracking.uri=sqlite:///{tmp}/m.db", "tracking.experiment=small",
+         f"out_dir={tmp}/run_{estimator}_{seed}{'_lr' if extra else ''}"],
         check=True, cwd=ROOT, capture_output=True, text=True,
     )
 
@@ -35,9 +40,9 @@ def small_experiment(empty_db, tmp_path_factory):
         pytest.skip("harness/run.py does not exist yet")
     tmp = tmp_path_factory.mktemp("real")
     shutil.copy(empty_db, tmp / "m.db")  # an initialised store: no migrations in every subprocess
-    jobs = [(e, s) for e in ESTIMATORS for s in SEEDS]
+    jobs = [(e, s) for e in ESTIMATORS for s in SEEDS] + [LR_RUN]
     with ThreadPoolExecutor(max_workers=2) as pool:  # two at a time on a small machine
-        for f in [pool.submit(harness_run, tmp, e, s) for e, s in jobs]:
+        for f in [pool.submit(harness_run, tmp, *job) for job in jobs]:
             try:
                 f.result()
             except subprocess.CalledProcessError as exc:
@@ -50,13 +55,27 @@ def test_report_over_real_harness_runs(small_experiment, fast_cfg):
     out = tmp / "figures" / "small"
     result = build_report("small", f"sqlite:///{tmp}/m.db", out, fast_cfg, echo=None)
     summary = result.tables["summary"].data.set_index("group")
-    assert sorted(summary.index) == sorted(ESTIMATORS)
+    # the run that differs only in lr is its own group, never a third "seed" of rollout
+    lr_label, default = "rollout[trainer.lr=0.0001]", "rollout[trainer.lr=0.0003]"  # both named by what differs
+    assert sorted(summary.index) == sorted(["recompute", default, lr_label])
+    assert summary.loc[lr_label, "runs"] == 1
+    summary = summary.drop(lr_label)
     assert (summary["runs"] == len(SEEDS)).all() and (summary["seeds"] == len(SEEDS)).all()
+    groups = result.tables["groups"].data.set_index("label")
+    assert "trainer.lr=0.0001" in groups.loc[lr_label, "apart"] and "seed" not in groups.loc[lr_label, "apart"]
     # the default experiment's explicit perturbation is printed in the table and the report
     assert (summary["perturbation"] == "router=1").all()
     assert (result.tables["summary"].frame["perturbation"] == "router=1").all()
     runs = result.tables["runs"].data
     assert (runs["n_steps"] == STEPS).all() and runs["final"].between(0, 1).all()
+    # one definition: the run's own summary (its run line) equals the report's final and peak
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp}/m.db")
+    for row in runs.itertuples():
+        logged = client.get_run(row.run_id).data.metrics
+        assert logged["summary/final_reward"] == pytest.approx(row.final)
+        assert logged["summary/peak_reward"] == pytest.approx(row.peak)
     drawable = ("reward_vs_step", "kl_vs_step", "survival", "collapse_onset")
     assert set(drawable) <= set(result.figures), result.skipped
     for name in drawable:
