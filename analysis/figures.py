@@ -7,13 +7,17 @@ report's :class:`analysis.palette.Palette`, so a group has one colour everywhere
 - ``reward_vs_step``: per group, the IQM across seeds of the runs' smoothed reward, with the
   bootstrap CI band (no band for a single seed).
 - ``kl_vs_step``: per group, the IQM across seeds of the raw ``mismatch/k3`` with its band, on a
-  symmetric-log y axis (linear below the smallest positive value, so a k3 of exactly 0 - the
-  ``rollout`` estimator's denominator is the sampling log-prob itself - stays visible).
+  symmetric-log y axis when the positive values span a decade or more (linear below the decade under
+  the smallest positive value, so a k3 of exactly 0 - the ``rollout`` estimator's denominator is the
+  sampling log-prob itself - stays visible), on a linear axis otherwise (a log axis would label no tick).
+- More than 6 curves: the legend sits outside the axes, right of the data. Step axes have integer ticks.
 - ``survival``: Kaplan-Meier share of runs not yet collapsed by step s, censoring marked ``+``.
 - ``collapse_onset``: one point per run: the rule's onset (filled; ``X`` for a non-finite loss), the
   change-point estimate (black ``|``), censored runs as open ``>`` at their last step.
 - ``n_sweep`` / ``tis_sensitivity``: collapse rate (Wilson CI) and IQM final reward (bootstrap CI)
-  against n (``mean_n``) / against C (``tis`` and ``mis``, token vs sequence as line styles).
+  against n (``mean_n``) / against C (``tis`` and ``mis``, token vs sequence as line styles; the
+  title names the levels present). Tick labels at 3 significant figures, thinned so they never
+  overprint; no CI band or CI claim when every point has one run.
 
 A figure whose inputs are missing raises :class:`MissingInput` with the reason; the report turns it
 into a note.
@@ -29,6 +33,7 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import FixedLocator, MaxNLocator, NullFormatter  # noqa: E402
 
 from .config import AnalysisConfig  # noqa: E402
 from .load import Experiment  # noqa: E402
@@ -85,9 +90,21 @@ def _save(fig: Figure, ctx: FigureContext, name: str) -> list[Path]:
     return paths
 
 
+LEGEND_INSIDE_MAX = 6  # more entries than this: the legend goes outside the axes, right of the data
+
+
 def _legend(ax, n: int) -> None:
-    if n:
-        ax.legend(loc="upper left", fontsize=9 if n <= 8 else 7, ncol=1 if n <= 10 else 2, framealpha=0.85)
+    if not n:
+        return
+    if n <= LEGEND_INSIDE_MAX:
+        ax.legend(loc="upper left", fontsize=9, framealpha=0.85)
+    else:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=8, framealpha=0.85)
+
+
+def _step_axis(ax) -> None:
+    """Integer ticks on a Step axis (steps are whole numbers)."""
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _group_matrix(ctx: FigureContext, metric: str, label: str, smoothed: bool) -> pd.DataFrame:
@@ -108,7 +125,7 @@ def _group_matrix(ctx: FigureContext, metric: str, label: str, smoothed: bool) -
     return pd.DataFrame(values, index=wide.index, columns=wide.columns)
 
 
-def _curves(ctx: FigureContext, name: str, metric: str, smoothed: bool, title: str, ylabel: str, log: bool) -> list[Path]:
+def _curves(ctx: FigureContext, name: str, metric: str, smoothed: bool, title: str, ylabel: str, log: bool) -> Figure:
     if not ctx.exp.has_metric(metric):
         raise MissingInput(f"no run logged `{metric}`")
     fig, (ax,) = _new(name, ctx.cfg)
@@ -132,27 +149,32 @@ def _curves(ctx: FigureContext, name: str, metric: str, smoothed: bool, title: s
         raise MissingInput(f"no run logged `{metric}`")
     if log:
         pos = np.concatenate(positives) if positives else np.array([])
-        floor = float(pos.min()) if len(pos) else 1e-8
-        ax.set_yscale("symlog", linthresh=max(floor, 1e-12))
+        lo_pos, hi_pos = (float(pos.min()), float(pos.max())) if len(pos) else (1e-8, 1e-8)
+        if hi_pos >= 10 * lo_pos:  # a decade or more: symlog, linear below the decade under the smallest value
+            ax.set_yscale("symlog", linthresh=10.0 ** np.floor(np.log10(max(lo_pos, 1e-12))))
+            ylabel += ", symlog)"
+        else:  # less than a decade: a log axis would show no labelled decade; linear keeps exact zeros too
+            ylabel += ", linear)"
     ax.set_title(title)
     ax.set_xlabel("Step")
+    _step_axis(ax)
     ax.set_ylabel(ylabel)
     _legend(ax, drawn)
-    return _save(fig, ctx, name)
+    return fig
 
 
-def reward_vs_step(ctx: FigureContext) -> list[Path]:
+def reward_vs_step(ctx: FigureContext) -> Figure:
     band = f"IQM across seeds, {ctx.cfg.ci:.0%} CI" if ctx.exp.runs.groupby("label").size().max() > 1 else "one seed"
     return _curves(ctx, "reward_vs_step", ctx.cfg.reward_metric, True,
                    f"Reward vs Step (smoothed W={ctx.cfg.smooth_window}; {band})", "Reward", log=False)
 
 
-def kl_vs_step(ctx: FigureContext) -> list[Path]:
+def kl_vs_step(ctx: FigureContext) -> Figure:
     return _curves(ctx, "kl_vs_step", ctx.cfg.kl_metric, False,
-                   "Train-inference KL (k3) vs Step", f"KL div (`{ctx.cfg.kl_metric}`, symlog)", log=True)
+                   "Train-inference KL (k3) vs Step", f"KL div (`{ctx.cfg.kl_metric}`", log=True)
 
 
-def survival(ctx: FigureContext) -> list[Path]:
+def survival(ctx: FigureContext) -> Figure:
     m = ctx.measures.dropna(subset=["collapse_time"])
     if m.empty:
         raise MissingInput(f"no run logged `{ctx.cfg.reward_metric}`")
@@ -177,12 +199,13 @@ def survival(ctx: FigureContext) -> list[Path]:
     ax.set_xlim(0, max(t_max, 1.0) * 1.02)
     ax.set_title("Share of runs not yet collapsed (Kaplan-Meier; + = censored)")
     ax.set_xlabel("Step")
+    _step_axis(ax)
     ax.set_ylabel("Not yet collapsed")
     ax.legend(loc="lower left", fontsize=9 if drawn <= 8 else 7, framealpha=0.85)
-    return _save(fig, ctx, "survival")
+    return fig
 
 
-def collapse_onset(ctx: FigureContext) -> list[Path]:
+def collapse_onset(ctx: FigureContext) -> Figure:
     m = ctx.measures.dropna(subset=["collapse_time"])
     if m.empty:
         raise MissingInput(f"no run logged `{ctx.cfg.reward_metric}`")
@@ -218,19 +241,31 @@ def collapse_onset(ctx: FigureContext) -> list[Path]:
     ax.set_ylim(-0.6, len(labels) - 0.4)
     ax.invert_yaxis()
     ax.set_xlim(left=0)
-    ax.set_title("Collapse onset per run")
+    ax.set_title("Collapse onset per run (persistent collapses)")
     ax.set_xlabel("Step")
+    _step_axis(ax)
     fig.legend(loc="outside lower center", ncol=4, fontsize=9, frameon=False)
-    return _save(fig, ctx, "collapse_onset")
+    return fig
 
 
-def _sweep(ctx: FigureContext, name: str, x: str, estimators: tuple[str, ...] | None, title: str, xlabel: str) -> list[Path]:
+def _ticks(values: list[float], min_gap: float = 0.12) -> tuple[list[float], list[str]]:
+    """Tick positions on a log2 axis with labels at 3 significant figures, dropping a value closer
+    than ``min_gap`` (in log2 units) to the previous kept one, so labels never overprint."""
+    kept: list[float] = []
+    for v in sorted(values):
+        if not kept or np.log2(v) - np.log2(kept[-1]) >= min_gap:
+            kept.append(v)
+    return kept, [f"{v:.3g}" for v in kept]
+
+
+def _sweep(ctx: FigureContext, name: str, x: str, estimators: tuple[str, ...] | None, title: str, xlabel: str) -> Figure:
     fams = sweep_families(ctx.exp.runs, x, estimators)
     if not fams:
         what = "/".join(estimators) if estimators else "any estimator"
         raise MissingInput(f"needs runs of {what} at >= 2 values of `{x}`")
     fig, (ax_rate, ax_final) = _new(name, ctx.cfg, ncols=2)
     m = ctx.measures.set_index("run_id")
+    most = 0  # the most runs at one point: a CI needs >= 2
     for k, g in enumerate(fams.values()):
         row = g.iloc[0]
         colour = BASE_COLOUR.get(row["estimator"], UNKNOWN_COLOUR)
@@ -238,6 +273,7 @@ def _sweep(ctx: FigureContext, name: str, x: str, estimators: tuple[str, ...] | 
         xs, rate, rlo, rhi, fin, flo, fhi = [], [], [], [], [], [], []
         for xv, gg in g.groupby(x):
             mm = m.loc[gg["run_id"]]
+            most = max(most, len(mm))
             w = wilson(int(mm["collapsed"].sum()), len(mm), ctx.cfg.ci)
             f = iqm_ci(mm["final"].to_numpy(float), ctx.cfg.bootstrap_reps, ctx.cfg.ci, ctx.cfg.seed)
             xs.append(xv)
@@ -249,31 +285,37 @@ def _sweep(ctx: FigureContext, name: str, x: str, estimators: tuple[str, ...] | 
             c, lo, hi = (np.array(v, float) for v in (c, lo, hi))
             ax.plot(xs, c, color=colour, linestyle=ls, marker="o", linewidth=2, label=fam)
             ok = np.isfinite(lo) & np.isfinite(hi)
-            if ok.any():
+            if ok.any() and most > 1:
                 ax.fill_between(xs[ok], lo[ok], hi[ok], color=colour, alpha=0.15, linewidth=0)
+    allx = sorted({float(v) for g in fams.values() for v in g[x]})
+    ticks, tick_labels = _ticks(allx)
     for ax in (ax_rate, ax_final):
         ax.set_xscale("log", base=2)
         ax.set_xlabel(xlabel)
-        allx = sorted({float(v) for g in fams.values() for v in g[x]})
-        ax.set_xticks(allx)
-        ax.set_xticklabels([f"{v:g}" for v in allx])
+        ax.xaxis.set_major_locator(FixedLocator(ticks))
+        ax.set_xticklabels(tick_labels)
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.minorticks_off()
         _legend(ax, len(fams))
+    ci = f"{ctx.cfg.ci:.0%} Wilson CI" if most > 1 else "one run per point: no CI"
     ax_rate.set_ylim(-0.03, 1.05)
-    ax_rate.set_ylabel(f"Collapse rate ({ctx.cfg.ci:.0%} Wilson CI)")
+    ax_rate.set_ylabel(f"Collapse rate ({ci})")
     ax_rate.set_title("Collapse rate")
-    ax_final.set_ylabel(f"Final reward (IQM, {ctx.cfg.ci:.0%} CI)")
+    ax_final.set_ylabel(f"Final reward (IQM, {ctx.cfg.ci:.0%} CI)" if most > 1 else "Final reward (one run per point: no CI)")
     ax_final.set_title("Final reward")
     fig.suptitle(title)
-    return _save(fig, ctx, name)
+    return fig
 
 
-def n_sweep(ctx: FigureContext) -> list[Path]:
+def n_sweep(ctx: FigureContext) -> Figure:
     return _sweep(ctx, "n_sweep", "n", ("mean_n",), "n-sweep: mean_n with n inference passes", "n (passes)")
 
 
-def tis_sensitivity(ctx: FigureContext) -> list[Path]:
-    return _sweep(ctx, "tis_sensitivity", "clip_c", ("tis", "mis"), "Sensitivity to the cap C (token vs sequence)", "C")
+def tis_sensitivity(ctx: FigureContext) -> Figure:
+    runs = ctx.exp.runs
+    levels = sorted(set(runs.loc[runs["estimator"].isin(("tis", "mis")), "level"]) - {""})
+    what = "token vs sequence level" if len(levels) > 1 else (f"{levels[0]} level" if levels else "level not logged")
+    return _sweep(ctx, "tis_sensitivity", "clip_c", ("tis", "mis"), f"Sensitivity to the cap C ({what})", "C")
 
 
 FIGURES = {
@@ -288,7 +330,12 @@ FIGURES = {
 }
 
 
-def draw(name: str, ctx: FigureContext) -> list[Path]:
-    """Draw figure ``name`` (a key of :data:`FIGURES`); raises :class:`MissingInput`."""
+def figure(name: str, ctx: FigureContext) -> Figure:
+    """Build figure ``name`` (a key of :data:`FIGURES`) without saving it; raises :class:`MissingInput`."""
     fn, _ = FIGURES[name]
     return fn(ctx)
+
+
+def draw(name: str, ctx: FigureContext) -> list[Path]:
+    """Draw figure ``name`` and write its PNG and PDF; raises :class:`MissingInput`."""
+    return _save(figure(name, ctx), ctx, name)

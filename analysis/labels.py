@@ -8,7 +8,7 @@ A run's group is its estimator plus the estimator's knobs found in its tags::
     rollout            estimator=rollout, n=na, clip_c=na
 
 plus, in brackets, the value of every tag that varies across the experiment among ``model``,
-``task``, ``backend`` and any tag the user asked to group by (``rollout[dense_tiny]``,
+``task``, ``backend``, ``perturbation`` and any key the user asked to group by (``rollout[dense_tiny]``,
 ``rollout[model=moe_tiny,task=sort]`` when several vary). Groups sort by the canonical estimator
 order below, then by n, C, level and the bracketed tags.
 
@@ -28,7 +28,7 @@ ESTIMATOR_ORDER: tuple[str, ...] = (
     "rollout", "recompute", "tis", "mis", "icepop", "r3", "mean_n", "rais", "deterministic",
 )
 # Tags whose variation inside one experiment splits groups even when the estimator config matches.
-CONTEXT_TAGS: tuple[str, ...] = ("model", "task", "backend")
+CONTEXT_TAGS: tuple[str, ...] = ("model", "task", "backend", "perturbation")
 NA = ("", "na", "none", "null", "nan")
 
 

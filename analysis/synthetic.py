@@ -50,6 +50,7 @@ class SyntheticRun:
     level: str | None = None
     loss_nan_at: int | None = None
     k3_scale: float = 1e-3
+    k3: np.ndarray | None = None  # the mismatch/k3 curve itself (else k3_scale x lognormal noise)
     extra_tags: dict[str, str] = field(default_factory=dict)
     drop_metrics: Sequence[str] = ()
     all_metrics: bool = False  # also log the rest of the catalogue (constant filler), as a real run does
@@ -71,8 +72,8 @@ class SyntheticRun:
         loss = rng.normal(0.0, 0.05, T)
         if self.loss_nan_at is not None:
             loss[self.loss_nan_at:] = np.nan
-        k3 = self.k3_scale * np.exp(rng.normal(0.0, 0.5, T))
-        if self.estimator == "rollout":
+        k3 = self.k3_scale * np.exp(rng.normal(0.0, 0.5, T)) if self.k3 is None else np.asarray(self.k3, float)
+        if self.estimator == "rollout" and self.k3 is None:
             k3 = np.zeros(T)  # the sampling log-prob is its own denominator
         out = {
             M.REWARD_MEAN: self.reward,

@@ -70,3 +70,16 @@ def test_group_by_perturbation_splits_groups_and_pools_arms(store, fast_cfg):
     assert d.loc["none", "collapse_rate_hi"] < d.loc["bias=0.3", "collapse_rate_lo"]  # the CIs separate
     assert d.loc["bias=0.3", "final_iqm_hi"] < d.loc["none", "final_iqm_lo"]
     assert marginal_table(load_experiment("demo", store.uri), m, fast_cfg, "perturbation") is None  # no such tag
+
+
+def test_probability_of_improvement_needs_two_seeds(store, fast_cfg):
+    """One seed against one: P(A > B) can only be 0, 1/2 or 1, so it is printed n/a, never 1.00."""
+    from analysis.tables import poi_table
+
+    exp = load_experiment("single", store.uri)
+    t = poi_table(exp, measure_experiment(exp, fast_cfg), fast_cfg)
+    cells = t.frame.drop(columns="P(row > column)").to_numpy().ravel()
+    assert set(cells) == {"-", "n/a"} and t.data["poi"].isna().all()
+    exp = load_experiment("demo", store.uri)  # 3 seeds per group: numbers
+    t = poi_table(exp, measure_experiment(exp, fast_cfg), fast_cfg)
+    assert "n/a" not in set(t.frame.drop(columns="P(row > column)").to_numpy().ravel())
