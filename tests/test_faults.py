@@ -145,27 +145,27 @@ def test_a_dead_server_is_an_error_in_seconds_before_the_warm_start(tiny_overrid
 
 CHILD = """
 import sys, time
-from harness.config import load
-from harness.record import RunRecord
+from pathlib import Path
+from harness.store import check
 from harness.tracking import Tracker
-cfg = load(sys.argv[2:])
-while time.time() < float(sys.argv[1]):
-    time.sleep(0.005)
-RunRecord(cfg).prepare()  # what execute does first: the store check (creation under a file lock)
-Tracker(cfg.tracking_uri, cfg.tracking.experiment, run_name="racer")
+uri, gate, n = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+(gate / str(__import__("os").getpid())).touch()  # imported: ready
+while len(list(gate.iterdir())) < n:  # all go at once
+    time.sleep(0.002)
+check(uri)  # what a run does first (RunRecord.prepare): the store check, creation under a file lock
+Tracker(uri, "test", run_name="racer")
 print("ok")
 """
 
 
-def test_processes_starting_at_once_on_a_fresh_sqlite_store_all_get_in(tiny_overrides):
-    procs, start = [], time.time() + 6  # every child imports first, then all go at once
-    for i in range(2):
-        over = tiny_overrides(name=f"racer{i}", steps=1)
-        procs.append(subprocess.Popen([sys.executable, "-c", CHILD, str(start), *over], cwd=ROOT,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+def test_processes_starting_at_once_on_a_fresh_sqlite_store_all_get_in(tmp_path):
+    uri, gate, n = f"sqlite:///{tmp_path}/fresh.db", tmp_path / "gate", 2
+    gate.mkdir()
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, uri, str(gate), str(n)], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(n)]
     outs = [p.communicate(timeout=120) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], [e[-400:] for _, e in outs]  # one failed, 3 times in 3, on 56d12ff
-    assert len(runs(load(tiny_overrides()).tracking_uri)) == 2
+    assert [p.returncode for p in procs] == [0] * n, [e[-400:] for _, e in outs]  # one failed, 3 times in 3, on 56d12ff
+    assert len(runs(uri)) == n
 
 
 # ------------------------------------------------------------------- bad input, files (8, 9)
@@ -227,7 +227,7 @@ def _when_logged(uri, n, proc, timeout=120.0):
 
 
 def test_sigterm_ends_the_run_killed_with_a_checkpoint_and_kill_9_resumes_into_the_same_run(tiny_overrides):
-    over = tiny_overrides("trainer.checkpoint_every=3", steps=24, name="signals")
+    over = tiny_overrides("trainer.checkpoint_every=2", steps=12, name="signals")
     cfg = load(over)
     proc = _start(over)
     run_id, _ = _when_logged(cfg.tracking_uri, 2, proc)
@@ -239,7 +239,7 @@ def test_sigterm_ends_the_run_killed_with_a_checkpoint_and_kill_9_resumes_into_t
     assert (cfg.run_dir / "checkpoint.pt").exists()
 
     proc = _start(over)  # resumes; then kill -9 (nothing can be ended: the checkpoint carries on)
-    _, before = _when_logged(cfg.tracking_uri, len(steps_logged(cfg.tracking_uri, run_id)) + 3, proc)
+    _when_logged(cfg.tracking_uri, len(steps_logged(cfg.tracking_uri, run_id)) + 2, proc)
     proc.kill()
     proc.wait(timeout=30)
 
@@ -248,4 +248,4 @@ def test_sigterm_ends_the_run_killed_with_a_checkpoint_and_kill_9_resumes_into_t
     assert proc.returncode == 0, err[-2000:]
     (run,) = runs(cfg.tracking_uri)
     assert run.info.run_id == run_id and run.info.status == "FINISHED"
-    assert steps_logged(cfg.tracking_uri, run_id) == list(range(24))  # each step once
+    assert steps_logged(cfg.tracking_uri, run_id) == list(range(12))  # each step once
