@@ -16,7 +16,7 @@ EPILOG = """examples:
   python -m analysis list
   python -m analysis params            # the pre-registered definitions and their defaults
   python -m analysis readme README.md  # refill the README's generated tables from docs/results/
-  python -m analysis validate          # the collapse detector on labelled curves (synthetic + analysis/data)
+  python -m analysis validate          # the collapse detector on labelled curves (synthetic + analysis/labelled)
 """
 
 

@@ -3,7 +3,7 @@
 Sets:
 
 - ``synthetic``: :func:`analysis.benchmark.synthetic_set` (1200 curves from one seed, known onsets);
-- every ``analysis/data/<set>_labels.csv`` with its ``<set>_curves.csv``: curves labelled by hand
+- every ``analysis/labelled/<set>_labels.csv`` with its ``<set>_curves.csv``: curves labelled by hand
   (digitized published figures, the project's own runs). ``<set>_curves.csv``: ``curve,step,reward``
   (long format); ``<set>_labels.csv``: ``curve,label,onset,source,reason`` with label ``collapse``,
   ``transient`` or ``stable`` (the onset, in steps, only for collapses and transients).
@@ -28,7 +28,7 @@ from .config import AnalysisConfig
 from .load import AnalysisError
 from .measures import changepoint_onset_index, detect, rule_margin, smooth
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
+DATA_DIR = Path(__file__).resolve().parent / "labelled"
 LABELS = ("collapse", "transient", "stable")
 
 

@@ -1,5 +1,5 @@
 """The collapse detector against the labelled synthetic benchmark (the numbers docs/analysis.md records)
-and the hand-labelled sets shipped in analysis/data. The full synthetic set is checked (detection only,
+and the hand-labelled sets shipped in analysis/labelled. The full synthetic set is checked (detection only,
 < 1 s); `python -m analysis validate` adds the change-point estimate."""
 from __future__ import annotations
 
@@ -66,3 +66,10 @@ def test_malformed_labelled_set_is_one_clear_error(tmp_path):
     (tmp_path / "x_labels.csv").write_text("curve,label,onset\nb,stable,\n")
     with pytest.raises(AnalysisError, match="no points for curve 'b'"):
         load_labelled(tmp_path / "x_labels.csv")
+
+
+def test_published_collapses_are_found():
+    """KwaiKAT's Figure 1 (digitized, analysis/labelled/kwaikat_fig1_*.csv): recompute_logprob and rollout_logprob
+    collapse and the figure stops soon after; the three stable curves are not flagged."""
+    r = evaluate("kwaikat_fig1", labelled_sets()["kwaikat_fig1"], CFG, with_cp=False)
+    assert (r.positives, r.tp, r.flagged) == (2, 2, 2) and r.onset_err_median <= 10
