@@ -116,3 +116,25 @@ def test_missing_mlflow_server_is_a_clear_error(tmp_path, tiny_overrides):
                                                               "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"})
     assert res.returncode == 1
     assert "cannot reach the MLflow tracking store at 'http://127.0.0.1:9'" in res.stderr
+
+
+def test_help_lists_each_groups_choices_and_rerun(capsys):
+    from harness.config import GROUPS, group_options
+    from harness.run import main
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--rerun" in out
+    for group in GROUPS:
+        line = next(l for l in out.splitlines() if l.strip().startswith(group + " "))
+        assert all(opt in line for opt in group_options(group)), (group, line)
+
+
+def test_an_uncached_warm_start_says_what_it_does(tmp_path, monkeypatch, capfd):
+    from harness.backends.local import warmstart
+
+    monkeypatch.setattr(warmstart, "CACHE", tmp_path)
+    cfg = load(["task.warmstart.max_steps=5", "task.warmstart.eval_every=5"])
+    warmstart.warm_start(cfg.model, cfg.task, cfg.seed)
+    err = capfd.readouterr().err
+    assert "warm start of moe_tiny on sort (seed 0, not cached yet)" in err and "warm start done: 5 steps" in err
