@@ -321,9 +321,10 @@ def signals_as_interrupts() -> Iterator[None]:
     otherwise (or the second time) :class:`Interrupted` is raised at once. Main thread only."""
 
     def handler(signum, frame):  # noqa: ARG001
-        rec = _ACTIVE[-1] if _ACTIVE else None
-        if rec is not None and rec.in_loop and rec.stop_signal is None:
-            rec.stop_signal = signum
+        live = [r for r in _ACTIVE if r.in_loop]
+        if live and all(r.stop_signal is None for r in live):  # a loop over several records (a seed pack) sees it on each
+            for r in live:
+                r.stop_signal = signum
             return
         raise Interrupted(signum)
 
