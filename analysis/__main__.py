@@ -66,6 +66,10 @@ def parser() -> argparse.ArgumentParser:
     vp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                     help="override an analysis parameter (repeatable; see `params`)")
     vp.add_argument("--config", default=None, help="YAML file of analysis parameters")
+    xp = sub.add_parser("export-curves", help="write an experiment's reward curves as <set>_curves.csv (to label by eye)")
+    xp.add_argument("--experiment", "-e", required=True)
+    xp.add_argument("--tracking-uri", default=None)
+    xp.add_argument("--out", required=True, help="path ending in _curves.csv, e.g. analysis/labelled/own_curves.csv")
     return ap
 
 
@@ -147,10 +151,19 @@ def cmd_validate(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from .validate import export_curves
+
+    n = export_curves(args.experiment, args.tracking_uri, args.out)
+    print(f"{n} curves -> {args.out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     handler = {"report": cmd_report, "compare": cmd_compare, "list": cmd_list, "params": cmd_params,
-               "readme": cmd_readme, "validate": cmd_validate}[args.command]
+               "readme": cmd_readme, "validate": cmd_validate,
+               "export-curves": cmd_export}[args.command]
     try:
         return handler(args)
     except Exception as exc:  # noqa: BLE001

@@ -117,6 +117,28 @@ def labelled_sets(data_dir: Path = DATA_DIR) -> dict[str, list[LabelledCurve]]:
     return {p.name[: -len("_labels.csv")]: load_labelled(p) for p in sorted(Path(data_dir).glob("*_labels.csv"))}
 
 
+def export_curves(experiment: str, tracking_uri: str | None, path: Path, cfg: AnalysisConfig | None = None) -> int:
+    """Write the reward curves of ``experiment``'s training runs as ``<set>_curves.csv`` (curve =
+    ``<group label>/seed<k>``, step, reward), for labelling by eye; returns the number of curves."""
+    from .load import load_experiment
+
+    cfg = cfg or AnalysisConfig()
+    exp = load_experiment(experiment, tracking_uri, metrics=(cfg.reward_metric,))
+    rows = []
+    for run in exp.runs.itertuples():
+        s = exp.series(cfg.reward_metric, run.run_id)
+        rows += [{"curve": f"{run.label}/seed{run.seed}", "step": int(k), "reward": round(float(v), 6)}
+                 for k, v in s.items()]
+    path = Path(path)
+    if not path.name.endswith("_curves.csv"):
+        raise AnalysisError(f"{path}: the file name must end in _curves.csv (its labels go in *_labels.csv)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        f.write(f"# reward curves (`{cfg.reward_metric}`) of the training runs of MLflow experiment `{experiment}`\n")
+        pd.DataFrame(rows, columns=["curve", "step", "reward"]).to_csv(f, index=False)
+    return len(exp.runs)
+
+
 def fmt(x: float, digits: int = 3) -> str:
     return "n/a" if x is None or not np.isfinite(x) else f"{x:.{digits}f}"
 

@@ -73,3 +73,16 @@ def test_published_collapses_are_found():
     collapse and the figure stops soon after; the three stable curves are not flagged."""
     r = evaluate("kwaikat_fig1", labelled_sets()["kwaikat_fig1"], CFG, with_cp=False)
     assert (r.positives, r.tp, r.flagged) == (2, 2, 2) and r.onset_err_median <= 10
+
+
+def test_exported_curves_round_trip_into_a_labelled_set(store, tmp_path):
+    from analysis.validate import export_curves
+
+    assert export_curves("single", store.uri, tmp_path / "own_curves.csv") == 2
+    (tmp_path / "own_labels.csv").write_text("curve,label,onset,source,reason\n"
+                                             "rollout/seed0,collapse,70,synthetic,drop at 70\n"
+                                             "mean_n(n=8)/seed0,stable,,synthetic,no drop\n")
+    r = evaluate("own", load_labelled(tmp_path / "own_labels.csv"), CFG, with_cp=False)
+    assert (r.positives, r.tp, r.flagged) == (1, 1, 1) and r.onset_err_median <= 5
+    with pytest.raises(AnalysisError, match="_curves.csv"):
+        export_curves("single", store.uri, tmp_path / "own.csv")
