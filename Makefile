@@ -42,7 +42,7 @@ results: install
 bench: install-test
 	$(PY) benchmarks/rollout_speed.py
 
-# 9 estimators x 20 seeds (180 runs x 300 steps) in seed packs of 10 (sweeps/ablation20.yaml, issue 13),
+# 9 estimators x 20 seeds (180 runs x 300 steps) in seed packs of 5 (sweeps/ablation20.yaml, issue 13),
 # then its report. benchmarks/rollout_speed.py prints the wall-time estimate for this machine.
 ablation20: install
 	$(PY) -m harness.sweep sweeps/ablation20.yaml launcher=local --wait

@@ -42,9 +42,9 @@ def test_a_packed_local_sweep_runs_each_seed_as_its_own_run(store, capsys):
     assert all(r["step"] == 8 and r["mlflow_run"] for r in rows) and rows[0]["mlflow_run"] != rows[1]["mlflow_run"]
 
 
-def test_ablation20_is_every_estimator_times_twenty_seeds_in_packs_of_ten():
+def test_ablation20_is_every_estimator_times_twenty_seeds_in_packs_of_five():
     from harness.config import ESTIMATORS
 
     spec = load_spec(str(SWEEPS / "ablation20.yaml"), [])
     assert sorted(spec.grid["estimator"]) == sorted(ESTIMATORS) and spec.seeds == list(range(20))
-    assert spec.launcher.seeds_per_job == 10
+    assert spec.launcher.seeds_per_job == 5
