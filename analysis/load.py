@@ -325,11 +325,15 @@ def select_runs(runs: pd.DataFrame, include_unfinished: bool = False) -> tuple[p
 
 def groups_frame(runs: pd.DataFrame, training: list) -> pd.DataFrame:
     """One row per group: label, group key, runs, seeds, and ``apart``: the identity params that vary
-    across the experiment's groups, with this group's values (what sets it apart)."""
+    across the experiment's groups, with this group's values (what sets it apart); for runs that
+    logged no params, their estimator and context tags."""
     cols = ["label", "group_key", "runs", "seeds", "apart"]
     if runs.empty:
         return pd.DataFrame(columns=cols)
-    params = {r.info.run_id: identity_params(r.data.params) for r in training}
+    tag_keys = ("estimator", "n", "clip_c", "level", *CONTEXT_TAGS)  # runs without params: their tags
+    params = {r.info.run_id: identity_params(r.data.params)
+              or {k: tag_text(r.data.tags.get(k)) for k in tag_keys if tag_text(r.data.tags.get(k))}
+              for r in training}
     per_group = {g: params.get(ids.iloc[0], {}) for g, ids in runs.groupby("group_key", sort=False)["run_id"]}
     names = sorted({k for p in per_group.values() for k in p})
     varying = [k for k in names if len({p.get(k) for p in per_group.values()}) > 1]

@@ -217,7 +217,7 @@ def render_markdown(exp: Experiment, result: ReportResult, cfg: AnalysisConfig, 
 def terminal_text(exp: Experiment, result: ReportResult) -> str:
     parts = [f"# {exp.name}: {len(exp.runs)} training runs, {exp.runs['label'].nunique() if len(exp.runs) else 0} groups"]
     parts += [f"note: {n}" for n in result.notes]
-    for name in ("summary", *[n for n in result.tables if n.startswith("by_")], "sweep_n", "sweep_clip_c",
+    for name in ("summary", "groups", *[n for n in result.tables if n.startswith("by_")], "sweep_n", "sweep_clip_c",
                  "noise_probe", "poi"):
         if name in result.tables:
             parts.append(result.tables[name].terminal())
