@@ -593,7 +593,7 @@ def report(spec: SweepSpec, plots: bool = True, as_json: bool = False, out=None)
                                                  "signature": best.user_attrs.get("spec_sig")},
               "plots": []}
     if plots and complete:
-        result["plots"] = save_plots(study, spec.sweep_dir, tc.params)
+        result["plots"] = save_plots(study, spec.sweep_dir, tc.params, tc.objective)
     if as_json:
         header, rows = trials_table(study, tc)
         result["trials"] = [dict(zip(header, r)) for r in rows]
@@ -614,7 +614,13 @@ def report(spec: SweepSpec, plots: bool = True, as_json: bool = False, out=None)
     return result
 
 
-def save_plots(study, folder: Path, params: list[ParamSpec]) -> list[str]:
+def objective_label(objective: Objective) -> str:
+    """The y label of the plots: what the objective value is."""
+    return (f"{objective.name}: mean smoothed reward (W={objective.window}) over the last "
+            f"{objective.tail_frac:.0%} of steps")
+
+
+def save_plots(study, folder: Path, params: list[ParamSpec], objective: Optional[Objective] = None) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -633,6 +639,10 @@ def save_plots(study, folder: Path, params: list[ParamSpec]) -> list[str]:
             continue
         axes = list(ax.flat) if hasattr(ax, "flat") else [ax]
         fig = axes[0].figure
+        if objective is not None:  # name the objective (Optuna writes "Objective Value")
+            for a in axes:
+                if a.get_ylabel() == "Objective Value":
+                    a.set_ylabel(objective_label(objective), fontsize=8)
         if name == "slice":  # show the whole search range, not just the sampled span
             for a, p in zip(axes, params):
                 if p.type != "categorical":

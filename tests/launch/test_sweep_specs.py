@@ -245,3 +245,18 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(module, tmp_path):
     p.stdout.close()
     err = p.stderr.read()
     assert p.wait(timeout=120) == 1 and "Traceback" not in err and "Exception ignored" not in err, err
+
+
+def test_tune_plots_name_the_objective(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize")
+    study.optimize(lambda t: t.suggest_float("estimator.clip_c", 1.1, 20.0, log=True), n_trials=4)
+    labels = []
+    monkeypatch.setattr(plt, "close", lambda fig: labels.extend(a.get_ylabel() for a in fig.axes))
+    params = [tune.ParamSpec("estimator.clip_c", low=1.1, high=20.0, log=True)]
+    paths = tune.save_plots(study, tmp_path, params, tune.Objective())
+    assert len(paths) == 2 and labels
+    assert "Objective Value" not in labels and sum("tail_mean" in lab and "last 20%" in lab for lab in labels) == 2, labels
