@@ -69,3 +69,40 @@ def test_execute_pack_logs_each_seed_as_an_ordinary_run_with_the_curve_of_the_se
     assert run.data.tags["seed"] == "0" and run.info.status == "FINISHED"
     assert not (cfgs[0].run_dir / "checkpoint.pt").exists() and (cfgs[0].run_dir / "summary.json").exists()
     assert execute_pack(cfgs) == packed  # finished: returned, not retrained
+
+
+def test_an_interrupted_pack_resumes_each_seed_into_its_own_run_with_each_step_once(tiny_overrides, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    from harness.backends.local.pack import execute_pack
+
+    def cfgs(tag):
+        return [load(tiny_overrides(f"seed={s}", "trainer.checkpoint_every=2", f"tracking.experiment={tag}", steps=5,
+                                    name=f"{tag}{s}")) for s in (0, 1)]
+
+    straight = execute_pack(cfgs("straight"))
+    real_step = PackTrainer.run_step
+
+    class Preempted(Exception):
+        pass
+
+    def step_then_fail(self):
+        if self.step == 3:
+            raise Preempted
+        return real_step(self)
+
+    monkeypatch.setattr(PackTrainer, "run_step", step_then_fail)
+    with pytest.raises(Preempted):
+        execute_pack(cfgs("cut"))
+    monkeypatch.setattr(PackTrainer, "run_step", real_step)
+    first_ids = [torch.load(c.run_dir / "checkpoint.pt", weights_only=False)["run_id"] for c in cfgs("cut")]
+    resumed = execute_pack(cfgs("cut"))
+    client = MlflowClient(cfgs("cut")[0].tracking_uri)
+
+    def curve(run_id, key):
+        return [(m.step, m.value) for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)]
+
+    for a, b in zip(straight, resumed):
+        for key in ("reward/mean", "policy/loss", "mismatch/k3"):
+            assert curve(b.run_id, key) == curve(a.run_id, key), key
+    assert [s.run_id for s in resumed] == first_ids  # each seed continued its own MLflow run
