@@ -33,10 +33,12 @@ class PackAdamW:
     def step(self, active: Tensor) -> None:
         """One update of the seeds where ``active`` [S] (bool) is true."""
         b1, b2 = self.betas
-        self.t += active.double()
+        self.t += active.cpu().double()
         t = self.t.clamp(min=1)
-        step_size = (self.lr / (1 - b1 ** t)).float()  # [S]
-        bc2_sqrt = torch.sqrt(1 - b2 ** t).float()
+        dev = next(iter(self.params.values())).device
+        step_size = (self.lr / (1 - b1 ** t)).float().to(dev)  # [S]
+        bc2_sqrt = torch.sqrt(1 - b2 ** t).float().to(dev)
+        active = active.to(dev)
         for k, p in self.params.items():
             shape = (-1, *([1] * (p.dim() - 1)))
             g, m, v = p.grad, self.m[k], self.v[k]
