@@ -3,7 +3,7 @@
 Both backends log these names; `analysis` reads them (and imports nothing else from `harness`).
 The README's metric table is generated from `CATALOGUE` (``python -m harness.metrics``).
 
-Notation per response token (DESIGN.md section 2): ``logp_roll`` the inference engine's
+Notation per response token (docs/design.md section 2): ``logp_roll`` the inference engine's
 sampling log-prob, ``logp_rec`` the training engine's log-prob under the pre-update weights,
 ``logp_old`` the estimator's IS denominator, ``logp_new`` the weights being optimised.
 """

@@ -1,4 +1,4 @@
-"""Old-policy estimators, one module each (DESIGN.md section 2)."""
+"""Old-policy estimators, one module each (docs/design.md section 2)."""
 from harness.estimators.base import REGISTRY, Estimator, OldPolicy, PolicyForward, build
 from harness.estimators import (  # noqa: F401  (registration)
     rollout, recompute, tis, mis, icepop, r3, mean_n, rais, deterministic,

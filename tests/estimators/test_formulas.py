@@ -1,4 +1,4 @@
-"""Each estimator against hand-computed tensors (DESIGN.md section 2)."""
+"""Each estimator against hand-computed tensors (docs/design.md section 2)."""
 import math
 
 import pytest

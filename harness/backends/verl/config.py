@@ -98,7 +98,7 @@ class VerlConfig:
     data: VerlDataConfig = field(default_factory=VerlDataConfig)
     arch: VerlArchConfig = field(default_factory=VerlArchConfig)
     gpu_memory_gb: float = 80.0  # per GPU, for --plan (H100 80GB)
-    #: verl's dual-clip bound for negative advantages; null = off, as in the harness's loss (DESIGN 2)
+    #: verl's dual-clip bound for negative advantages; null = off, as in the harness's loss (docs/design.md section 2)
     dual_clip_c: Optional[float] = None
     val_every: int = 0  # validation every k steps (0 = never)
     #: RAIS on verl rides on our FSDP engine patch (plugins/rais_fsdp.py), not yet run on a GPU

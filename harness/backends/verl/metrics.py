@@ -1,4 +1,4 @@
-"""verl's metric names -> the harness catalogue (``harness.metrics``, DESIGN.md section 4).
+"""verl's metric names -> the harness catalogue (``harness.metrics``, docs/design.md section 4).
 
 verl's own names are always kept; the mapped names are added beside them, so ``analysis`` reads a
 verl run exactly like a local one. A name is mapped only where verl computes the same quantity:

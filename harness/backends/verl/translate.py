@@ -4,7 +4,7 @@ Every key below is a key of verl 0.9.1's own ``trainer/config/ppo_trainer.yaml``
 ``model_engine=megatron`` group switch); ``tests/backends/verl`` composes each estimator's list
 with that file through Hydra and runs verl's config validation on it, so a typo fails a test.
 
-Estimator mapping (DESIGN.md section 8):
+Estimator mapping (docs/design.md section 8):
 
 ===============  ==========================================================================
 rollout          ``algorithm.rollout_correction.bypass_mode=true`` (old := rollout log-prob)
@@ -153,7 +153,7 @@ def git_commit() -> str:
 
 
 def tag_values(cfg: RunConfig, commit: str | None = None) -> dict[str, Any]:
-    """The MLflow tags of DESIGN.md section 6 (``harness.metrics.RUN_TAGS``), typed."""
+    """The MLflow tags of docs/design.md section 6 (``harness.metrics.RUN_TAGS``), typed."""
     e = cfg.estimator
     na = lambda v: "na" if v is None else v  # noqa: E731
     return {"estimator": e.name, "n": na(e.n), "clip_c": na(e.clip_c), "level": na(e.level), "seed": cfg.seed,
