@@ -28,6 +28,10 @@ LOCAL_TASKS = ("sort", "addition")  # generated tasks of the local backend; gsm8
 DTYPES = ("bfloat16", "float16", "float32")
 #: keys that describe *where/how* a run is executed or logged, not *what* it computes
 NON_IDENTITY_KEYS = ("tracking", "launcher", "out_dir")
+#: the local engines' numerics version, part of every local run's signature: bump it whenever a change to
+#: the local kernels changes a curve bitwise, so that runs computed by older kernels are never found as
+#: "finished" for the new code, nor pooled with its runs (2: grouped expert GEMMs, seed packs, batched mean_n)
+LOCAL_NUMERICS = 2
 
 
 class ConfigError(ValueError):
@@ -181,6 +185,7 @@ def signature(spec: dict[str, Any], length: int = 10) -> str:
     ident = {k: v for k, v in spec.items() if k not in NON_IDENTITY_KEYS}
     if (spec.get("backend") or {}).get("name") != "verl":
         ident.pop("verl", None)
+        ident["local_numerics"] = LOCAL_NUMERICS
     if isinstance(ident.get("trainer"), dict):  # where a run can resume, not what it computes
         ident["trainer"] = {k: v for k, v in ident["trainer"].items() if k != "checkpoint_every"}
     blob = json.dumps(ident, sort_keys=True, separators=(",", ":"), default=str)

@@ -72,3 +72,13 @@ def test_values_that_hang_escape_or_are_not_finite_are_refused(overrides, key, t
 def test_limits_and_names_accept_what_the_experiments_use():
     cfg = load(["estimator=mean_n", "estimator.n=16", "seed=2147483647", "tracking.experiment=my study 2"])
     assert cfg.run_dir.parent.name == "my study 2" and cfg.seed == 2**31 - 1
+
+
+def test_local_numerics_version_is_part_of_the_signature(monkeypatch):
+    """Runs computed by older local kernels (another numerics version) never share a signature with new ones."""
+    import harness.config as C
+
+    before = (load([]).signature, load([]).group_signature)
+    monkeypatch.setattr(C, "LOCAL_NUMERICS", C.LOCAL_NUMERICS + 1)
+    after = (load([]).signature, load([]).group_signature)
+    assert before[0] != after[0] and before[1] != after[1]
