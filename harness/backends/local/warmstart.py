@@ -22,13 +22,13 @@ from tqdm import tqdm
 from harness.backends.local import train_engine
 from harness.backends.local.model import Policy, build_policy
 from harness.backends.local.tasks import Task
-from harness.config import ROOT, ModelConfig, TaskConfig
+from harness.config import LOCAL_NUMERICS, ROOT, ModelConfig, TaskConfig
 
 CACHE = ROOT / ".cache" / "warmstart"
 
 
 def cache_path(mcfg: ModelConfig, tcfg: TaskConfig, seed: int) -> Path:
-    key = json.dumps({"model": asdict(mcfg), "task": asdict(tcfg), "seed": seed, "v": 1}, sort_keys=True)
+    key = json.dumps({"model": asdict(mcfg), "task": asdict(tcfg), "seed": seed, "numerics": LOCAL_NUMERICS}, sort_keys=True)
     return CACHE / f"{mcfg.name}-{tcfg.name}-s{seed}-{hashlib.sha256(key.encode()).hexdigest()[:10]}.pt"
 
 
