@@ -32,20 +32,13 @@ WORDS = ("sort these digits in ascending order write the sorted separated by spa
 def tiny_model(out: Path) -> Path:
     """A random 2-layer Qwen3-MoE checkpoint with a word-level tokenizer (no download)."""
     import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen3MoeConfig, Qwen3MoeForCausalLM
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    from harness.backends.verl.tokenizer import write_word_tokenizer
 
     if (out / "config.json").exists():
         return out
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "[UNK]"]
-    vocab = {w: i for i, w in enumerate(specials + sorted(set(WORDS)))}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   unk_token="[UNK]")
-    fast.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }} {{ m['content'] }}<|im_end|>"
-                          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant {% endif %}")
-    fast.save_pretrained(out)
+    write_word_tokenizer(out, WORDS)
     cfg = Qwen3MoeConfig(vocab_size=64, hidden_size=128, intermediate_size=256, moe_intermediate_size=64,
                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
                          num_experts=8, num_experts_per_tok=2, max_position_embeddings=2048,

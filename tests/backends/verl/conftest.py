@@ -51,21 +51,14 @@ def spec():
 def tiny_hf_model(tmp_path_factory) -> Path:
     """A Qwen3-MoE config + word-level tokenizer with a chat template, written offline (no weights):
     enough for verl's HFModelConfig and RLHFDataset."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen3MoeConfig
+    from transformers import Qwen3MoeConfig
+
+    from harness.backends.verl.tokenizer import write_word_tokenizer
 
     out = tmp_path_factory.mktemp("tiny_qwen3_moe")
     words = [str(d) for d in range(10)] + "sort these digits in ascending order add and write the sum of".split()
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "[UNK]"]
-    vocab = {w: i for i, w in enumerate(specials + sorted(set(words)))}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   unk_token="[UNK]")
-    fast.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }} {{ m['content'] }}<|im_end|>"
-                          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant {% endif %}")
-    fast.save_pretrained(out)
-    Qwen3MoeConfig(vocab_size=len(vocab), hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+    n_vocab = write_word_tokenizer(out, words)
+    Qwen3MoeConfig(vocab_size=n_vocab, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
                    num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                    num_experts=8, num_experts_per_tok=4, architectures=["Qwen3MoeForCausalLM"]).save_pretrained(out)
     assert json.loads((out / "config.json").read_text())["model_type"] == "qwen3_moe"
