@@ -58,6 +58,20 @@ class RunSummary:
     peak_reward: float
     time_per_step_s: float
 
+    @classmethod
+    def of(cls, run_id: str, cfg: RunConfig, status: str, steps_done: int, rewards: list[float],
+           step_times: list[float]) -> "RunSummary":
+        """The summary of a run's reward curve and step times (final/peak: ``summary_rewards``)."""
+        final, peak = summary_rewards(rewards)
+        return cls(run_id=run_id, signature=cfg.signature, status=status, steps_done=steps_done,
+                   final_reward=final, peak_reward=peak,
+                   time_per_step_s=sum(step_times) / len(step_times) if step_times else float("nan"))
+
+    def metrics(self) -> dict[str, float]:
+        """What the summary logs to its MLflow run (``summary/*``)."""
+        return {"summary/final_reward": self.final_reward, "summary/peak_reward": self.peak_reward,
+                "summary/time_per_step_s": self.time_per_step_s}
+
     def line(self, cfg: RunConfig) -> str:
         e = cfg.estimator
         knobs = ",".join(f"{k}={v}" for k, v in (("n", e.n), ("C", e.clip_c), ("level", e.level)) if v is not None)
@@ -206,17 +220,11 @@ def execute(cfg: RunConfig, on_step: Callable[[int, dict[str, float]], bool] | N
         bar.close()
 
     try:
-        final, peak = summary_rewards(rewards)
-        summary = RunSummary(
-            run_id=tracker.run_id, signature=cfg.signature, status=status, steps_done=trainer.step,
-            final_reward=final, peak_reward=peak,
-            time_per_step_s=sum(times) / len(times) if times else float("nan"),
-        )
+        summary = RunSummary.of(tracker.run_id, cfg, status, trainer.step, rewards, times)
     except BaseException as exc:
         record.end(exc)
         raise
-    record.finish(summary, {"summary/final_reward": summary.final_reward, "summary/peak_reward": summary.peak_reward,
-                            "summary/time_per_step_s": summary.time_per_step_s})
+    record.finish(summary, summary.metrics())
     return summary
 
 

@@ -55,7 +55,7 @@ def _train(records: list, device) -> list:
     from harness import metrics as M
     from harness.backends.local.trainer import PackTrainer
     from harness.record import Interrupted
-    from harness.run import RunSummary, flat, run_tags, summary_rewards
+    from harness.run import RunSummary, flat, run_tags
 
     cfgs = [r.cfg for r in records]
     trainer = PackTrainer(cfgs, device)
@@ -80,12 +80,8 @@ def _train(records: list, device) -> list:
 
     def finish(j: int) -> None:
         buffers[j].flush()
-        final, peak = summary_rewards(rewards[j])
-        s = RunSummary(run_id=trackers[j].run_id, signature=cfgs[j].signature, status=status[j],
-                       steps_done=trainer.step, final_reward=final, peak_reward=peak,
-                       time_per_step_s=sum(times[j]) / len(times[j]) if times[j] else float("nan"))
-        records[j].finish(s, {"summary/final_reward": s.final_reward, "summary/peak_reward": s.peak_reward,
-                              "summary/time_per_step_s": s.time_per_step_s})
+        s = RunSummary.of(trackers[j].run_id, cfgs[j], status[j], trainer.step, rewards[j], times[j])
+        records[j].finish(s, s.metrics())
         summaries[j] = s
 
     try:
