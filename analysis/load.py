@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from harness import metrics as M
+from harness.history import from_metrics
 
 from .labels import CONTEXT_TAGS, arm_text, base_label, context_suffix, sort_key, tag_number, tag_text
 
@@ -133,16 +134,11 @@ def finite_values(values: np.ndarray) -> np.ndarray:
 
 def history_series(history: Iterable) -> pd.Series:
     """``get_metric_history`` output -> Series indexed by step (latest value of a repeated step)."""
-    items = [(m.step, m.timestamp, m.value) for m in history]
-    if not items:
+    h = from_metrics(history)
+    if not h.steps:
         return pd.Series(dtype=float)
-    arr = np.array(items, dtype=float)
-    order = np.lexsort((arr[:, 1], arr[:, 0]))  # by step, then timestamp
-    arr = arr[order]
-    steps = arr[:, 0].astype(np.int64)
-    last = np.r_[steps[1:] != steps[:-1], True]  # the last row of every step
-    s = pd.Series(finite_values(arr[last, 2]), index=pd.Index(steps[last], name="step"))
-    return s
+    return pd.Series(finite_values(np.asarray(h.values, dtype=float)),
+                     index=pd.Index(np.asarray(h.steps, dtype=np.int64), name="step"))
 
 
 def client_for(tracking_uri: str):

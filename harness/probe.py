@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from harness import metrics as M
     from harness.backends.local.probe import probe
-    from harness.run import perturbation, run_tags
+    from harness.tags import perturbation, run_tags
     from harness.tracking import Tracker
 
     torch.set_num_threads(cfgs[0].backend.threads)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import shlex
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from harness.config import ROOT, ConfigError, RunConfig
+from harness.tags import run_tags
 
 USAGE = """usage: python -m harness.run [OVERRIDE ...] [--rerun] [--dry-run] [--print-config] [--plan]
 
@@ -79,42 +79,6 @@ class RunSummary:
         return (f"{label} seed={cfg.seed} {cfg.task.name}/{cfg.model.name}: {self.status} after {self.steps_done} steps, "
                 f"final reward {self.final_reward:.3f} (peak {self.peak_reward:.3f}), {self.time_per_step_s:.2f} s/step, "
                 f"mlflow run {self.run_id[:8]} sig {self.signature}")
-
-
-def git_commit() -> str:
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=ROOT).returncode != 0
-        return sha + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def run_tags(cfg: RunConfig) -> dict[str, str]:
-    na = lambda v: "na" if v is None else str(v)  # noqa: E731
-    e = cfg.estimator
-    return {
-        "estimator": e.name, "n": na(e.n), "clip_c": na(e.clip_c), "level": na(e.level), "seed": str(cfg.seed),
-        "backend": cfg.backend.name, "model": cfg.model.name, "model_kind": cfg.model.kind, "task": cfg.task.name,
-        "spec_sig": cfg.signature, "group_sig": cfg.group_signature, "git_commit": git_commit(), "perturbation": perturbation(cfg),
-        "model_shape": model_shape(cfg),
-    }
-
-
-def model_shape(cfg: RunConfig) -> str:
-    """The policy's shape in one word, e.g. ``L2-E8-k4-d64`` (MoE) or ``L2-ff256-d64`` (dense)."""
-    m = cfg.model
-    if m.kind == "moe":
-        return f"L{m.n_layers}-E{m.n_experts}-k{m.top_k}-d{m.d_model}"
-    return f"L{m.n_layers}-ff{m.ffn_hidden}-d{m.d_model}"
-
-
-def perturbation(cfg: RunConfig) -> str:
-    """The explicit inference perturbations that are on, e.g. ``router=1.0,bias=0.5`` (or ``none``)."""
-    i = cfg.inference
-    on = [(k, v) for k, v, off in (("router", i.router_noise_sigma, 0.0), ("logit", i.logit_noise_sigma, 0.0),
-                                  ("bias", i.bias_delta, 1.0)) if v != off]
-    return ",".join(f"{k}={v:g}" for k, v in on) or "none"
 
 
 def flat(d: dict, prefix: str = "") -> dict[str, object]:

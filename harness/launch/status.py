@@ -43,7 +43,7 @@ def mlflow_progress(uri: str, experiment: str, sigs: list[str], window: int = 10
     """``signature -> {run_id, rewards, losses, status}`` from the latest MLflow run with that spec_sig."""
     from mlflow.tracking import MlflowClient
 
-    from harness import metrics as M
+    from harness import history, metrics as M
 
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name(experiment)
@@ -63,10 +63,9 @@ def mlflow_progress(uri: str, experiment: str, sigs: list[str], window: int = 10
             break
     out = {}
     for sig, r in latest.items():
-        rew = sorted(client.get_metric_history(r.info.run_id, M.REWARD_MEAN), key=lambda m: m.step)
-        loss = sorted(client.get_metric_history(r.info.run_id, M.POLICY_LOSS), key=lambda m: m.step)
-        out[sig] = {"run_id": r.info.run_id, "rewards": [m.value for m in rew], "steps": [m.step for m in rew],
-                    "losses": [m.value for m in loss], "status": r.data.tags.get("status", r.info.status),
+        rew = history.read(client, r.info.run_id, M.REWARD_MEAN)
+        loss = history.read(client, r.info.run_id, M.POLICY_LOSS)
+        out[sig] = {"run_id": r.info.run_id, "rewards": rew.values, "steps": rew.steps, "losses": loss.values, "status": r.data.tags.get("status", r.info.status),
                     "tags": dict(r.data.tags)}
     return out
 

@@ -47,6 +47,7 @@ from typing import Any, Callable, Optional
 import yaml
 
 from harness.config import ROOT, ConfigError, RunConfig, build, compose
+from harness.overrides import OverrideValueError, hydra_value as _hydra_value
 from harness.uri import resolve_tracking_uri
 
 SUMMARY_FILE = "summary.json"  # written by harness.run.execute when a run is over
@@ -137,22 +138,11 @@ class PlannedRun:
 
 # ------------------------------------------------------------------------------------- parsing
 def hydra_value(v: Any) -> str:
-    """A YAML value as Hydra override text."""
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        if v == "" or any(c in v for c in " ,[]{}()'\"=:\\$*?") :
-            return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
-        return v
-    if isinstance(v, (list, tuple)):
-        return "[" + ",".join(hydra_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ",".join(f"{k}:{hydra_value(x)}" for k, x in v.items()) + "}"
-    raise SweepError(f"cannot turn {v!r} into a Hydra override value")
+    """A YAML value as Hydra override text (``harness.overrides``; a SweepError when it has none)."""
+    try:
+        return _hydra_value(v)
+    except OverrideValueError as exc:
+        raise SweepError(f"cannot turn {v!r} into a Hydra override value: {exc}") from None
 
 
 def _parse_value(text: str) -> Any:

@@ -438,10 +438,11 @@ def _history(uri: str, run_id: str) -> dict[str, list[float]]:
 
     from harness import metrics as M
 
+    from harness import history
+
     client = MlflowClient(tracking_uri=uri)
-    rew = sorted(client.get_metric_history(run_id, M.REWARD_MEAN), key=lambda m: m.step)
-    loss = sorted(client.get_metric_history(run_id, M.POLICY_LOSS), key=lambda m: m.step)
-    return {"rewards": [m.value for m in rew], "losses": [m.value for m in loss]}
+    return {"rewards": history.read(client, run_id, M.REWARD_MEAN).values,
+            "losses": history.read(client, run_id, M.POLICY_LOSS).values}
 
 
 def _logged_rewards(cfg, experiment: str) -> dict[int, float]:

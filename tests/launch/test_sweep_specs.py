@@ -176,7 +176,7 @@ def test_tune_objective_is_pre_registered(tmp_path):
 def test_hydra_values_round_trip():
     assert hydra_value(2.0) == "2.0" and hydra_value(True) == "true" and hydra_value(None) == "null"
     assert hydra_value("tis") == "tis" and hydra_value([1, 2]) == "[1,2]"
-    assert hydra_value("a b") == "'a b'"
+    assert hydra_value("a b") == '"a b"' and hydra_value("true") == '"true"'  # stays a string
 
 
 def test_duplicate_runs_run_once(tmp_path):

@@ -55,7 +55,8 @@ def _train(records: list, device) -> list:
     from harness import metrics as M
     from harness.backends.local.trainer import PackTrainer
     from harness.record import Interrupted
-    from harness.run import RunSummary, flat, run_tags
+    from harness.run import RunSummary, flat
+    from harness.tags import run_tags
 
     cfgs = [r.cfg for r in records]
     trainer = PackTrainer(cfgs, device)

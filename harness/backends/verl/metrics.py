@@ -132,20 +132,22 @@ def backfill(tracking_uri: str, run_id: str, estimator: str, level: str | None =
     from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
 
+    from harness import history
+
     client = MlflowClient(tracking_uri=tracking_uri)
     keys = set(client.get_run(run_id).data.metrics)
     by_step: dict[int, dict[str, float]] = {}
     needed = set(mapping(estimator, level, exact_reward)) | {"timing_per_token_ms/gen"}
     for key in sorted(keys & needed):
-        for m in client.get_metric_history(run_id, key):
-            by_step.setdefault(m.step, {})[key] = m.value
+        for step, value in zip(*history.read(client, run_id, key)):
+            by_step.setdefault(step, {})[key] = value
     have: dict[str, set[int]] = {}
     points: list[Metric] = []
     ts = int(time.time() * 1000)
     for step, data in sorted(by_step.items()):
         for name, value in map_metrics(data, estimator, level, exact_reward).items():
             if name not in have:
-                have[name] = {m.step for m in client.get_metric_history(run_id, name)} if name in keys else set()
+                have[name] = set(history.read(client, run_id, name).steps) if name in keys else set()
             if step not in have[name]:
                 points.append(Metric(name, value, ts, step))
     for i in range(0, len(points), 1000):

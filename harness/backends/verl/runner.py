@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from harness.config import ConfigError, RunConfig
 from harness.backends.verl import translate
+from harness.provenance import git_commit
+from harness.tags import run_tags
 from harness.backends.verl.config import validate
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -118,7 +120,7 @@ def _tracker(cfg: RunConfig, commit: str) -> "Tracker":
     if id_file.exists():
         return Tracker(cfg.tracking_uri, cfg.tracking.experiment, run_id=id_file.read_text().strip())
     tracker = Tracker(cfg.tracking_uri, cfg.tracking.experiment, run_name=translate.run_name(cfg),
-                      tags=translate.run_tags(cfg, commit))
+                      tags=run_tags(cfg, commit))
     spec = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
     tracker.log_text(spec, "spec.yaml")
     tracker.log_text(shlex.join(translate.command(cfg, commit=commit)), "verl_command.txt")
@@ -138,7 +140,7 @@ def train(cfg: RunConfig, tracker: "Tracker | None" = None) -> None:
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
     commit_file = cfg.run_dir / COMMIT_FILE
     if not commit_file.exists():
-        commit_file.write_text(translate.git_commit() + "\n")
+        commit_file.write_text(git_commit() + "\n")
     commit = commit_file.read_text().strip()
     tracker = tracker or _tracker(cfg, commit)
     if not (cfg.run_dir / RUN_ID_FILE).exists():  # a caller's tracker: requeued jobs must find it too

@@ -34,13 +34,13 @@ and in Ray's ``runtime_env``.
 from __future__ import annotations
 
 import math
-import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from harness.config import ROOT, RunConfig
+from harness.overrides import hydra_value
+from harness.tags import tag_values
 
 PLUGIN_MODULE = "harness.backends.verl.plugins"
 MEAN_N_AGENT_LOOP = "harness_mean_n"
@@ -57,31 +57,6 @@ MIS_LOWER = "1e-9"
 #: bypass estimators take pi_old from the rollout (no training forward)
 BYPASS = ("rollout", "deterministic", "mean_n")
 CHECKPOINT_DIR = "verl_checkpoints"
-
-_SAFE = re.compile(r"[A-Za-z_/][A-Za-z0-9_./\-]*")
-_RESERVED = {"true", "false", "null", "none", "inf", "nan"}
-
-
-def hydra_value(value: Any) -> str:
-    """A Python value as a Hydra override value that parses back to the same value and type."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(hydra_value(v) for v in value) + "]"
-    if isinstance(value, str):
-        if _SAFE.fullmatch(value) and value.lower() not in _RESERVED:
-            return value
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    raise TypeError(f"no Hydra form for {value!r}")
-
 
 def _kv(items: list[tuple[str, Any]]) -> list[str]:
     return [f"{k}={hydra_value(v)}" for k, v in items]
@@ -140,30 +115,6 @@ def run_name(cfg: RunConfig) -> str:
     e = cfg.estimator
     knob = "".join(f"-{k}{v:g}" for k, v in (("n", e.n), ("C", e.clip_c)) if v is not None)
     return cfg.tracking.run_name or f"{e.name}{knob}-s{cfg.seed}-{cfg.signature}"
-
-
-def git_commit() -> str:
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                             check=True).stdout.strip()
-        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=ROOT).returncode != 0
-        return sha + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def tag_values(cfg: RunConfig, commit: str | None = None) -> dict[str, Any]:
-    """The MLflow tags of docs/design.md section 6 (``harness.metrics.RUN_TAGS``), typed."""
-    e = cfg.estimator
-    na = lambda v: "na" if v is None else v  # noqa: E731
-    return {"estimator": e.name, "n": na(e.n), "clip_c": na(e.clip_c), "level": na(e.level), "seed": cfg.seed,
-            "backend": "verl", "model": cfg.model.name, "model_kind": cfg.model.kind, "task": cfg.task.name,
-            "spec_sig": cfg.signature, "group_sig": cfg.group_signature, "git_commit": commit if commit is not None else git_commit()}
-
-
-def run_tags(cfg: RunConfig, commit: str | None = None) -> dict[str, str]:
-    """The same tags as MLflow stores them (strings)."""
-    return {k: str(v) for k, v in tag_values(cfg, commit).items()}
 
 
 def environment(cfg: RunConfig) -> dict[str, str]:

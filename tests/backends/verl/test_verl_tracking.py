@@ -9,6 +9,7 @@ import pytest
 
 from harness import metrics as M
 from harness.backends.verl import translate
+from harness.tags import run_tags
 from harness.backends.verl.metrics import backfill, map_metrics, mapping
 
 VERL_STEP = {  # names and shapes of one step of verl 0.9.1's metrics (v1 trainer)
@@ -73,7 +74,7 @@ def test_verl_tracking_logs_our_tags_and_names_once(spec, tmp_path, monkeypatch)
 
     client = MlflowClient(tracking_uri=uri)
     run = client.get_run(run_id)
-    want = translate.run_tags(cfg, commit="abc123")
+    want = run_tags(cfg, commit="abc123")
     assert set(M.RUN_TAGS) <= set(want) and {k: run.data.tags.get(k) for k in want} == want
     assert run.data.metrics[M.MISMATCH_K3] == 0.0004 and run.data.metrics["rollout_corr/k3_kl"] == 0.0004
 

@@ -15,6 +15,7 @@ import torch
 from harness.config import ESTIMATORS, ConfigError
 
 from harness.backends.verl import translate
+from harness.tags import run_tags
 
 ESTIMATOR_ARGS = {
     "rollout": [], "recompute": [], "tis": ["estimator.level=sequence"], "mis": [], "icepop": [], "r3": [],
@@ -99,7 +100,7 @@ def test_overrides_compose_with_verl_and_pass_its_validation(spec, estimator, mo
     assert env.VERL_USE_EXTERNAL_MODULES == "harness.backends.verl.plugins"
     assert all(isinstance(x, str) for x in env.values())  # Ray wants str -> str
     tags = vc.harness.tags
-    assert {k: str(v) for k, v in tags.items()} == translate.run_tags(cfg, commit="abc123")
+    assert {k: str(v) for k, v in tags.items()} == run_tags(cfg, commit="abc123")
     assert tags.spec_sig == cfg.signature and tags.backend == "verl"
 
 
