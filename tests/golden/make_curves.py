@@ -1,0 +1,18 @@
+"""tests/golden/curves.json: 3 steps of each estimator (tiny budgets), every logged metric as float.hex.
+Written before the architecture redesign; tests/test_golden.py holds the code to it bitwise."""
+import json, sys, torch
+from harness.config import load
+from harness.backends.local.trainer import LocalTrainer
+from harness.estimators import NAMES
+ARGS = ["trainer.steps=3", "trainer.prompts_per_step=4", "trainer.group_size=4", "trainer.num_minibatches=2",
+        "task.warmstart.max_steps=3", "task.warmstart.batch_size=8", "diagnostics.noise_passes=2", "diagnostics.noise_sequences=4"]
+EXTRA = {"mean_n": ["estimator.n=3"]}
+out = {}
+for name in NAMES:
+    cfg = load([f"estimator={name}", *ARGS, *EXTRA.get(name, [])])
+    torch.manual_seed(0)
+    tr = LocalTrainer(cfg, torch.device("cpu"))
+    steps = [tr.run_step() for _ in range(cfg.trainer.steps)]
+    out[name] = {"signature": cfg.signature, "steps": [{k: float(v).hex() for k, v in sorted(s.items()) if not k.startswith("time/") and k != "tokens/per_s"} for s in steps]}
+    print(name, steps[-1].get("reward/mean"), file=sys.stderr)
+json.dump(out, open(sys.argv[1], "w"), indent=1, sort_keys=True)
