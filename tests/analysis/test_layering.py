@@ -9,7 +9,7 @@ from pathlib import Path
 import analysis.load
 
 ROOT = Path(analysis.load.__file__).resolve().parents[1]
-LEAVES = ("harness.metrics", "harness.curves", "harness.uri")
+LEAVES = ("harness.metrics", "harness.curves", "harness.uri", "harness.history")
 
 
 def imports(path: Path) -> list[str]:
