@@ -15,7 +15,7 @@ EPILOG = """examples:
   python -m analysis compare --experiment ablation --a mean_n --b tis
   python -m analysis list
   python -m analysis params            # the pre-registered definitions and their defaults
-  python -m analysis readme README.md  # refill the README's generated tables from docs/results/
+  python -m analysis readme docs/results.md  # refill the results' generated tables from docs/results/
   python -m analysis validate          # the collapse detector on labelled curves (synthetic + analysis/labelled)
 """
 
@@ -57,7 +57,7 @@ def parser() -> argparse.ArgumentParser:
     lp.add_argument("--experiment", "-e", default=None, help="list this experiment's groups")
     sub.add_parser("params", help="print the analysis parameters and definitions")
     mp = sub.add_parser("readme", help="refill a Markdown file's `<!-- generated: TABLE.md -->` blocks from report tables")
-    mp.add_argument("file", nargs="?", default="README.md")
+    mp.add_argument("file", nargs="?", default="docs/results.md")
     mp.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block is stale")
     vp = sub.add_parser("validate", help="precision, recall and onset error of the collapse detector on labelled curves")
     vp.add_argument("--n", type=int, default=None, help="synthetic curves (default 1200)")
