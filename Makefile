@@ -19,8 +19,8 @@ test: install-test
 probe: install
 	$(PY) -m harness.probe
 
-# The README's "Results" (issue 6), regenerated end to end: the noise probes, the three sweeps (runs
-# already finished are skipped), the reports under docs/results/, then the README's generated tables.
+# docs/results.md (issue 6), regenerated end to end: the noise probes, the three sweeps (runs
+# already finished are skipped), the reports under docs/results/, then docs/results.md's generated tables.
 # About 85 min on 2 cores; each sweep also runs on Slurm with launcher=slurm.
 PROBE := $(PY) -m harness.probe tracking.experiment=noise_probe
 results: install
@@ -37,7 +37,7 @@ results: install
 	$(PY) -m analysis report --experiment noise_bias --group-by perturbation --out docs/results/noise_bias
 	$(PY) scripts/equal_kl.py --sigmas 0.5 --deltas 0.7,0.3 > docs/results/noise_bias/equal_kl.txt
 	$(PY) scripts/equal_kl.py --sigmas "" --deltas "" inference.router_noise_sigma=1.0 >> docs/results/noise_bias/equal_kl.txt
-	$(PY) -m analysis readme README.md
+	$(PY) -m analysis readme docs/results.md
 
 bench: install-test
 	$(PY) benchmarks/rollout_speed.py
