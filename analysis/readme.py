@@ -1,4 +1,5 @@
-"""``python -m analysis readme [FILE]``: refresh the generated blocks of a Markdown file from report tables.
+"""``python -m analysis readme [FILE]``: refresh the generated blocks of a Markdown file from report tables
+(``docs/results.md`` by default).
 
 A generated block names the table it holds, relative to the file::
 
@@ -8,7 +9,7 @@ A generated block names the table it holds, relative to the file::
 
 A block may name several tables (``generated: a.md b.md``): they are stacked. Only the table rows
 (lines starting with ``|``) are taken: the tables' titles and parameter footers stay in the reports
-they come from (``report.md``), which the README links. The prose around the blocks is not touched:
+they come from (``report.md``), which ``docs/results.md`` links. The prose around the blocks is not touched:
 it is the interpretation, and a stale block is caught by ``--check`` (exit 1), as CI would.
 """
 from __future__ import annotations

@@ -42,12 +42,12 @@ def test_missing_table_is_a_clear_error(tmp_path, capsys):
     assert "error:" in capsys.readouterr().err
 
 
-def test_the_project_readme_tables_match_docs_results():
-    """The README's results tables are the committed reports' tables (`python -m analysis readme`)."""
+def test_the_project_results_tables_match_docs_results():
+    """docs/results.md's tables are the committed reports' tables (`python -m analysis readme docs/results.md`)."""
     from analysis.load import project_root
 
-    readme = project_root() / "README.md"
-    text = readme.read_text()
-    new, changed = refresh(text, readme.parent)
+    results = project_root() / "docs" / "results.md"
+    text = results.read_text()
+    new, changed = refresh(text, results.parent)
     assert text.count("<!-- generated:") >= 5
-    assert changed == [], f"stale README tables (run `python -m analysis readme`): {changed}"
+    assert changed == [], f"stale tables in docs/results.md (run `python -m analysis readme docs/results.md`): {changed}"
