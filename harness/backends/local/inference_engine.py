@@ -16,7 +16,7 @@
   pick tiles by batch shape): ``y = round(...round(round(P_1) + round(P_2))... + round(P_s))``
   with ``P_i`` the partial product over the i-th K-chunk - noise for dense models too;
 - ``deterministic``: fixed combine order and no split-K (batch invariant): zero scoring variance;
-- explicit perturbations, off by default (DESIGN.md section 3): router-logit noise before top-k,
+- explicit perturbations, off by default (docs/design.md section 3): router-logit noise before top-k,
   output-logit noise, and a biased down-weighting of low-probability tokens. The two noise knobs
   draw fresh N(0, sigma^2) per call; in ``deterministic`` mode they become *frozen*: the same
   scale, but a fixed function of the hidden state (a fixed random projection), so a deterministic
