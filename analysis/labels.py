@@ -23,7 +23,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-# The estimators of DESIGN.md section 2, in the order tables and legends list them.
+# The estimators of docs/design.md section 2, in the order tables and legends list them.
 ESTIMATOR_ORDER: tuple[str, ...] = (
     "rollout", "recompute", "tis", "mis", "icepop", "r3", "mean_n", "rais", "deterministic",
 )
