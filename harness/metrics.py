@@ -1,7 +1,7 @@
 """The metric catalogue: every name a run logs, in one place.
 
 Both backends log these names; `analysis` reads them (and imports nothing else from `harness`).
-The README's metric table is generated from `CATALOGUE` (``python -m harness.metrics``).
+docs/metrics.md's metric table is generated from `CATALOGUE` (``python -m harness.metrics``).
 
 Notation per response token (docs/design.md section 2): ``logp_roll`` the inference engine's
 sampling log-prob, ``logp_rec`` the training engine's log-prob under the pre-update weights,
