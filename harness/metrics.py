@@ -42,7 +42,7 @@ PROBE_VAR_ROLLOUT = "probe/var_rollout"
 PROBE_VAR_TRAIN = "probe/var_train"
 PROBE_METRICS = (PROBE_DIFF, PROBE_VAR_ROLLOUT, PROBE_VAR_TRAIN)
 
-# name -> one-line meaning of every per-step metric a training run logs (the README table is
+# name -> one-line meaning of every per-step metric a training run logs (docs/metrics.md's table is
 # generated from this and PROBE_CATALOGUE).
 CATALOGUE: dict[str, str] = {
     REWARD_MEAN: "mean task reward of the rollout batch (partial credit in [0, 1])",
