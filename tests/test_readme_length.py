@@ -1,4 +1,5 @@
-"""The README is a guide (at most 200 lines), and every relative link in it and in docs/*.md reaches a file.
+"""The README is a guide (at most 200 lines), and every relative link in it, benchmarks/README.md and docs/*.md
+reaches a file.
 
 A link is ``[text](target)``, ``![alt](target)`` or a reference ``[name]: target`` outside code
 (fenced blocks and inline code spans are skipped). A target with a scheme (``https://``,
@@ -64,9 +65,9 @@ def test_readme_is_a_guide_of_at_most_200_lines():
     assert len(lines) <= MAX_README_LINES, f"README.md has {len(lines)} lines; move long sections to docs/"
 
 
-def test_every_relative_link_in_readme_and_docs_reaches_a_file():
+def test_every_relative_link_in_the_readmes_and_docs_reaches_a_file():
     known = repository_paths(ROOT)
-    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    docs = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     assert len(docs) >= 5
     broken = {d.relative_to(ROOT).as_posix(): b for d in docs if (b := broken_links(d, ROOT, known))}
     assert not broken, f"links to nothing: {broken}"
