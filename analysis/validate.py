@@ -13,6 +13,11 @@ flagged and labelled collapse / flagged among labelled curves; recall = flagged 
 onset error = |rule onset - labelled onset| over the collapses found (median), and the same for the
 change-point estimate beside the rule (:func:`analysis.measures.changepoint_onset_index`). Curves of
 the synthetic grey kind carry no label: their flag rate is printed, they count in neither number.
+Agreement = curves whose verdict is their label (collapse = persistent, transient, stable), of the labelled ones.
+
+For the hand-labelled sets, ``validate`` also lists where the rule and the eye differ: a verdict other than the label,
+or a collapse found with |onset error| > ``ONSET_TOL`` steps (2 W: more than the smoothing window can explain), with
+the run's noise sd and the rule's margin, so each difference can be read against the curve.
 """
 from __future__ import annotations
 
@@ -30,6 +35,8 @@ from .measures import changepoint_onset_index, detect, rule_margin, smooth
 
 DATA_DIR = Path(__file__).resolve().parent / "labelled"
 LABELS = ("collapse", "transient", "stable")
+VERDICT = {"collapse": "persistent", "transient": "transient", "stable": "stable"}  # label -> the rule's word
+ONSET_TOL = 20  # steps: a collapse found further than this from its labelled onset is listed as a difference
 
 
 @dataclass
@@ -39,6 +46,7 @@ class SetResult:
     positives: int  # labelled collapse
     flagged: int  # flagged among labelled curves
     tp: int
+    agree: int  # labelled curves whose verdict is their label
     precision: float
     recall: float
     onset_err_median: float
@@ -66,7 +74,7 @@ def evaluate(name: str, curves: list[LabelledCurve], cfg: AnalysisConfig, with_c
         cp = changepoint(c.values, cfg, d.sigma) if with_cp and c.label == "collapse" else None
         rows.append({"curve": c.name, "kind": c.kind, "label": c.label, "onset": c.onset, "flagged": d.collapsed,
                      "verdict": d.kind, "rule_onset": d.onset if d.onset is not None else math.nan,
-                     "cp_onset": cp if cp is not None else math.nan})
+                     "cp_onset": cp if cp is not None else math.nan, "sigma_S": d.sigma, "margin": d.margin})
     f = pd.DataFrame(rows)
     lab = f[f["label"] != ""]
     pos = lab["label"] == "collapse"
@@ -80,6 +88,7 @@ def evaluate(name: str, curves: list[LabelledCurve], cfg: AnalysisConfig, with_c
                for k, g in f.groupby("kind", sort=False)}
     return SetResult(
         name=name, curves=len(f), positives=int(pos.sum()), flagged=flagged, tp=tp,
+        agree=int((lab["verdict"] == lab["label"].map(VERDICT)).sum()),
         precision=tp / flagged if flagged else math.nan, recall=tp / int(pos.sum()) if pos.any() else math.nan,
         onset_err_median=float(err.median()) if len(err) else math.nan,
         cp_err_median=float(cp_err.median()) if len(cp_err) else math.nan, by_kind=by_kind, rows=rows)
@@ -99,6 +108,14 @@ def load_labelled(labels_csv: Path) -> list[LabelledCurve]:
     bad = sorted(set(labels["label"]) - set(LABELS))
     if bad:
         raise AnalysisError(f"{labels_csv}: unknown label(s) {bad}; allowed: {', '.join(LABELS)}")
+    dup = sorted(set(labels.loc[labels["curve"].duplicated(), "curve"]))
+    if dup:
+        raise AnalysisError(f"{labels_csv}: curve(s) labelled twice: {dup}")
+    for row in labels.itertuples():
+        if row.label == "collapse" and pd.isna(row.onset):
+            raise AnalysisError(f"{labels_csv}: curve {row.curve!r} is labelled collapse without an onset")
+        if row.label == "stable" and pd.notna(row.onset):
+            raise AnalysisError(f"{labels_csv}: curve {row.curve!r} is labelled stable but has an onset ({row.onset})")
     out = []
     for row in labels.itertuples():
         v = values[values["curve"] == row.curve].sort_values("step")
@@ -139,6 +156,20 @@ def export_curves(experiment: str, tracking_uri: str | None, path: Path, cfg: An
     return len(exp.runs)
 
 
+def disagreements(r: SetResult, tol: float = ONSET_TOL) -> pd.DataFrame:
+    """The labelled curves where the rule and the label differ: another verdict, or a found collapse whose onset
+    is more than ``tol`` steps from the labelled one."""
+    f = pd.DataFrame(r.rows)
+    f = f[f["label"] != ""]
+    err = (f["rule_onset"] - f["onset"]).abs()
+    differ = (f["verdict"] != f["label"].map(VERDICT)) | ((f["label"] == "collapse") & f["flagged"] & (err > tol))
+    out = f[differ]
+    return pd.DataFrame({"curve": out["curve"], "label": out["label"], "label onset": out["onset"].map(lambda x: fmt(x, 0)),
+                         "verdict": out["verdict"], "rule onset": out["rule_onset"].map(lambda x: fmt(x, 0)),
+                         "change point": out["cp_onset"].map(lambda x: fmt(x, 0)),
+                         "noise sd (smoothed)": out["sigma_S"].map(fmt), "margin": out["margin"].map(fmt)})
+
+
 def fmt(x: float, digits: int = 3) -> str:
     return "n/a" if x is None or not np.isfinite(x) else f"{x:.{digits}f}"
 
@@ -147,6 +178,7 @@ def summary_frame(results: list[SetResult]) -> pd.DataFrame:
     return pd.DataFrame([{
         "set": r.name, "curves": r.curves, "labelled collapse": r.positives, "flagged": r.flagged, "true flags": r.tp,
         "precision": fmt(r.precision), "recall": fmt(r.recall),
+        "verdict = label": f"{r.agree}/{r.curves - r.by_kind.get('grey', (0,))[0]}",
         "median |onset error| (rule)": fmt(r.onset_err_median, 1), "median |onset error| (change point)": fmt(r.cp_err_median, 1),
     } for r in results])
 
@@ -177,5 +209,9 @@ def print_results(results: list[SetResult], cfg: AnalysisConfig, n: int, seed: i
     for r in results:
         print(f"\n-- {r.name}: verdicts by kind --")
         print(Table("k", "", kinds_frame(r), pd.DataFrame()).grid())
+        if r.name != "synthetic":
+            d = disagreements(r)
+            print(f"\n-- {r.name}: where the rule and the labels differ (other verdict, or onset > {ONSET_TOL} steps off) --")
+            print(Table("d", "", d, pd.DataFrame()).grid() if len(d) else "(none)")
     print()
     print(cfg.describe_short())
