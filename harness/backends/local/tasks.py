@@ -1,51 +1,44 @@
-"""Generated, verifiable tasks: prompts, reference answers and reward functions.
+"""A task as the local backend runs it: the registered task (``harness.tasks``) bound to its config.
 
-``sort``:     BOS d1 .. dL =   ->  the L digits in ascending order
-``addition``: BOS a1..aL + b1..bL =  ->  the L+1 digits of a+b, least significant first
-
-Reward ``partial``: the share of answer positions that are right; ``exact``: 1 if all are.
-``reward/accuracy`` is always the exact-match rate. Prompts come from a seeded generator.
+Prompts and answers are token ids of ``harness.backends.local.model``'s vocabulary, drawn from a seeded
+generator; ``reward`` returns (reward, exact match) per response. ``reward/accuracy`` is always the
+exact-match rate.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
-from harness.backends.local.model import BOS, EQUALS, PLUS
+from harness import tasks
 from harness.config import TaskConfig
+from harness.tasks.base import TaskSpec
 
 
 @dataclass
 class Task:
     cfg: TaskConfig
+    spec: TaskSpec = field(init=False)
+
+    def __post_init__(self):
+        self.spec = tasks.get(self.cfg.name)
+        if "local" not in self.spec.backends:
+            raise ValueError(f"task {self.cfg.name!r} cannot run on the local backend; local tasks: "
+                             f"{', '.join(tasks.names('local'))}")
 
     @property
     def prompt_len(self) -> int:
-        return self.cfg.length + 2 if self.cfg.name == "sort" else 2 * self.cfg.length + 3
+        return self.spec.prompt_len(self.cfg.length)
 
     @property
     def answer_len(self) -> int:
-        return self.cfg.length if self.cfg.name == "sort" else self.cfg.length + 1
+        return self.spec.answer_len(self.cfg.length)
 
     def sample(self, n: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
         """n prompts [n, P] and their reference answers [n, R]."""
-        L = self.cfg.length
-        bos = torch.full((n, 1), BOS)
-        eq = torch.full((n, 1), EQUALS)
-        if self.cfg.name == "sort":
-            digits = torch.randint(0, 10, (n, L), generator=gen)
-            return torch.cat([bos, digits, eq], 1), digits.sort(-1).values
-        a = torch.randint(0, 10, (n, L), generator=gen)
-        b = torch.randint(0, 10, (n, L), generator=gen)
-        place = 10 ** torch.arange(L - 1, -1, -1)
-        total = (a * place).sum(-1) + (b * place).sum(-1)
-        answer = torch.stack([(total // 10**i) % 10 for i in range(L + 1)], 1)  # least significant first
-        return torch.cat([bos, a, torch.full((n, 1), PLUS), b, eq], 1), answer
+        return self.spec.sample(n, self.cfg.length, gen)
 
     def reward(self, responses: Tensor, answers: Tensor) -> tuple[Tensor, Tensor]:
         """(reward [B], exact-match [B]) for responses [B, R]."""
-        right = (responses == answers).float()
-        exact = right.min(-1).values
-        return (right.mean(-1) if self.cfg.reward == "partial" else exact), exact
+        return self.spec.reward(responses, answers, self.cfg.reward)

@@ -1,42 +1,23 @@
-"""Rule reward of the harness's generated tasks (sort, addition) for verl's reward loop.
+"""Rule reward of the harness's generated tasks for verl's reward loop.
 
 verl calls ``compute_score(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)``
 (``reward.custom_reward_function``); translate.py passes ``mode`` = the spec's ``task.reward``.
-The answer is the digits after the last ``####`` (as in verl's GSM8K reward); the reference is a
-space-separated digit string. ``partial`` = share of answer positions that are right (the local
-backend's reward), ``exact`` = 1 only if all are; ``acc`` (logged by verl) is always exact match.
-This file is loaded by path (verl's load_extern_object), so it imports nothing from harness.
+The rows' ``data_source`` is ``harness/<task>`` (``harness.backends.verl.data``); the task's module
+declares its ``text_reward`` (sort, addition: :func:`harness.tasks.base.digit_text_reward`). ``acc``
+(logged by verl) is always exact match. verl loads this file by path in processes that import
+``harness.backends.verl.plugins`` (``VERL_USE_EXTERNAL_MODULES``), so ``harness`` is importable there.
 """
 from __future__ import annotations
 
-import re
-
-MARKER = "####"
-
-
-def extract_digits(solution_str: str) -> list[int] | None:
-    """Digits after the last ``####`` (None when the marker is missing)."""
-    if MARKER not in solution_str:
-        return None
-    tail = solution_str.rsplit(MARKER, 1)[1]
-    return [int(c) for c in re.findall(r"\d", tail)]
-
-
-def score(answer: list[int] | None, reference: list[int], mode: str = "partial") -> tuple[float, float]:
-    """(reward, exact) for one response."""
-    if answer is None or not reference:
-        return 0.0, 0.0
-    right = sum(1 for i, d in enumerate(reference) if i < len(answer) and answer[i] == d)
-    exact = float(right == len(reference) and len(answer) == len(reference))
-    if mode == "exact":
-        return exact, exact
-    if mode != "partial":
-        raise ValueError(f"mode must be partial or exact, got {mode!r}")
-    return right / len(reference), exact
+from harness import tasks
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info=None, mode: str = "partial",
                   **kwargs) -> dict:
-    reference = [int(c) for c in str(ground_truth).split()]
-    reward, exact = score(extract_digits(solution_str), reference, mode)
+    name = data_source.removeprefix("harness/")
+    spec = tasks.get(name) if data_source.startswith("harness/") and name in tasks.REGISTRY else None
+    if spec is None or spec.text_reward is None:
+        raise ValueError(f"data_source {data_source!r} is not a harness task with a text reward "
+                         f"(harness/<task>, task one of {', '.join(n for n in tasks.names() if tasks.get(n).text_reward)})")
+    reward, exact = spec.text_reward(solution_str, ground_truth, mode)
     return {"score": reward, "acc": exact}

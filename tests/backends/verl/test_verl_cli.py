@@ -129,6 +129,7 @@ def test_generated_data_is_readable_by_verl_and_rewarded_like_the_local_task(tmp
 
     from harness.backends.local.tasks import Task
     from harness.backends.verl import data, reward
+    from harness.tasks import addition, sort
     from harness.config import TaskConfig
 
     out = data.prepare("addition", tmp_path, length=3, n_train=32, n_test=8)
@@ -146,18 +147,18 @@ def test_generated_data_is_readable_by_verl_and_rewarded_like_the_local_task(tmp
         L = task.cfg.length
         for p, a in zip(prompts.tolist(), answers.tolist()):
             if name == "addition":
-                _, ref = data.addition_text(p[1:1 + L], p[2 + L:2 + 2 * L])
+                _, ref = addition.text(p[1:1 + L], p[2 + L:2 + 2 * L])
             else:
-                _, ref = data.sort_text(p[1:1 + L])
+                _, ref = sort.text(p[1:1 + L])
             assert ref == " ".join(map(str, a))
             wrong = list(a)
             wrong[0] = (wrong[0] + 1) % 10
             resp = torch.tensor([wrong])
             local_r, local_exact = task.reward(resp, torch.tensor([a]))
-            got = reward.compute_score("harness/x", "thinking... #### " + " ".join(map(str, wrong)), ref)
+            got = reward.compute_score(f"harness/{name}", "thinking... #### " + " ".join(map(str, wrong)), ref)
             assert got["score"] == pytest.approx(local_r.item()) and got["acc"] == local_exact.item()
-    assert reward.compute_score("s", "no marker 1 2 3", "1 2 3")["score"] == 0.0
-    assert reward.compute_score("s", "#### 1 2 3", "1 2 3", mode="exact") == {"score": 1.0, "acc": 1.0}
+    assert reward.compute_score("harness/sort", "no marker 1 2 3", "1 2 3")["score"] == 0.0
+    assert reward.compute_score("harness/sort", "#### 1 2 3", "1 2 3", mode="exact") == {"score": 1.0, "acc": 1.0}
 
 
 def test_preflight_names_the_data_preparation_command(spec, tmp_path, monkeypatch):
