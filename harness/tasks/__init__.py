@@ -1,7 +1,7 @@
 """Tasks, one module each (``harness/tasks/<name>.py`` declares a :class:`TaskSpec`; see ``base.py``).
 
-Every module of this package except ``base`` is imported here (``pkgutil.iter_modules``), so a new task
-is one module plus ``experiments/task/<name>.yaml``. Importing this package loads neither torch nor
+Every module of this package is imported here (``pkgutil.iter_modules``; ``base`` and ``vocab`` register
+nothing), so a new task is one module plus ``experiments/task/<name>.yaml``. Importing this package loads neither torch nor
 ``harness.config``.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ def get(name: str) -> TaskSpec:
 
 
 for _m in pkgutil.iter_modules(__path__):
-    if _m.name != "base" and not _m.name.startswith("_"):
+    if not _m.name.startswith("_"):
         importlib.import_module(f"{__name__}.{_m.name}")
 
 __all__ = ["REGISTRY", "TaskSpec", "get", "names", "register"]

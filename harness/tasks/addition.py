@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from harness.tasks import register
 from harness.tasks.base import INSTRUCTION, TaskSpec, digit_reward, digit_text_reward, digits
+from harness.tasks.vocab import BOS, EQUALS, PLUS
 
 
 def sample(n: int, length: int, gen):
     """n prompts [n, 2L + 3] and the digits of a + b, least significant first [n, L + 1]:
     a = sum_i a_i 10^(L-1-i), answer_j = floor((a + b) / 10^j) mod 10."""
     import torch
-
-    from harness.backends.local.model import BOS, EQUALS, PLUS
 
     a = torch.randint(0, 10, (n, length), generator=gen)
     b = torch.randint(0, 10, (n, length), generator=gen)

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from harness.tasks import register
 from harness.tasks.base import INSTRUCTION, TaskSpec, digit_reward, digit_text_reward, digits
+from harness.tasks.vocab import BOS, EQUALS
 
 
 def sample(n: int, length: int, gen):
     """n prompts [n, L + 2] and their sorted digits [n, L]."""
     import torch
-
-    from harness.backends.local.model import BOS, EQUALS
 
     d = torch.randint(0, 10, (n, length), generator=gen)
     return torch.cat([torch.full((n, 1), BOS), d, torch.full((n, 1), EQUALS)], 1), d.sort(-1).values

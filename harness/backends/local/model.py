@@ -14,11 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from harness.config import ModelConfig
-
-# A tiny shared vocabulary for the generated tasks.
-DIGITS = tuple(str(d) for d in range(10))
-PLUS, EQUALS, BOS, EOS, PAD = 10, 11, 12, 13, 14
-VOCAB_SIZE = 16
+from harness.tasks.vocab import BOS, DIGITS, EOS, EQUALS, PAD, PLUS, VOCAB_SIZE  # noqa: F401  (the tasks' vocabulary)
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:

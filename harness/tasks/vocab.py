@@ -1,0 +1,6 @@
+"""The token vocabulary of the generated tasks, shared with the local backend's model
+(``harness.backends.local.model`` reads ``VOCAB_SIZE`` from here): the digits 0-9 are their own ids."""
+
+DIGITS = tuple(str(d) for d in range(10))
+PLUS, EQUALS, BOS, EOS, PAD = 10, 11, 12, 13, 14
+VOCAB_SIZE = 16

@@ -1,0 +1,147 @@
+"""The task registry (harness/tasks): each task's generator, reward and lengths agree, its verl text form is
+scored by its own text reward, and a new task is one module plus one YAML file."""
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from harness import tasks
+from harness.backends.local.model import VOCAB_SIZE
+from harness.backends.verl import data
+from harness.tasks.base import MARKER
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCAL = tasks.names("local")
+GENERATED = tuple(n for n in tasks.names("verl") if tasks.get(n).generated)
+
+
+def test_registry_lists_the_shipped_tasks_and_each_has_a_yaml():
+    assert {"sort", "addition", "gsm8k"} <= set(tasks.names()) and "gsm8k" not in LOCAL
+    declared = {yaml.safe_load(p.read_text()).get("task", yaml.safe_load(p.read_text())).get("name")
+                for p in (ROOT / "experiments" / "task").glob("*.yaml")}
+    assert set(tasks.names()) <= declared
+    with pytest.raises(KeyError, match="unknown task 'nope'; known: addition"):
+        tasks.get("nope")
+
+
+@pytest.mark.parametrize("name", LOCAL)
+@pytest.mark.parametrize("length", [1, 3, 6])
+def test_local_generator_is_rewarded_by_its_own_reward(name, length):
+    spec = tasks.get(name)
+    prompts, answers = spec.sample(64, length, torch.Generator().manual_seed(length))
+    assert prompts.shape == (64, spec.prompt_len(length)) and answers.shape == (64, spec.answer_len(length))
+    assert prompts.min() >= 0 and prompts.max() < VOCAB_SIZE and answers.min() >= 0 and answers.max() <= 9
+    for mode in spec.rewards:
+        reward, exact = spec.reward(answers, answers, mode)
+        assert torch.all(reward == 1.0) and torch.all(exact == 1.0)
+        wrong = answers.clone()
+        wrong[:, -1] = (wrong[:, -1] + 1) % 10
+        reward, exact = spec.reward(wrong, answers, mode)
+        assert torch.all(reward < 1.0) and torch.all(exact == 0.0)
+        if mode == "partial":
+            assert torch.allclose(reward, torch.full((64,), 1 - 1 / spec.answer_len(length)))
+    a, b = spec.sample(8, length, torch.Generator().manual_seed(1)), spec.sample(8, length, torch.Generator().manual_seed(1))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])  # seeded
+
+
+@pytest.mark.parametrize("name", GENERATED)
+def test_verl_text_form_is_rewarded_by_its_own_text_reward(name):
+    spec, rng = tasks.get(name), random.Random(0)
+    for length in (1, 4):
+        for _ in range(20):
+            prompt, ref = spec.example(rng, length)
+            assert MARKER in prompt and len(ref.split()) == (spec.answer_len(length) if spec.answer_len else len(ref.split()))
+            for mode in spec.rewards:
+                assert spec.text_reward(f"I think... {MARKER} {ref}", ref, mode) == (1.0, 1.0)
+                digits = ref.split()
+                digits[0] = str((int(digits[0]) + 1) % 10)
+                reward, exact = spec.text_reward(f"{MARKER} {' '.join(digits)}", ref, mode)
+                assert reward < 1.0 and exact == 0.0
+                assert spec.text_reward(ref, ref, mode) == (0.0, 0.0)  # no marker, no answer
+
+
+def test_gsm8k_rows_come_from_the_users_file(tmp_path):
+    import pandas as pd
+
+    rows = [{"question": "Tom has 3 apples and buys 1,200 more. How many?", "answer": "3 + 1200 = 1203\n#### 1,203"},
+            {"question": "What is 2 + 2?", "answer": "#### 4"}]
+    pd.DataFrame(rows).to_json(tmp_path / "train.jsonl", orient="records", lines=True)
+    pd.DataFrame(rows[1:]).to_parquet(tmp_path / "test.parquet")
+    assert data.main(["gsm8k", "--root", str(tmp_path / "out"), "--train", str(tmp_path / "train.jsonl"),
+                      "--test", str(tmp_path / "test.parquet")]) == 0
+    train = pd.read_parquet(tmp_path / "out" / tasks.get("gsm8k").data_dir(5) / "train.parquet")
+    assert list(train.data_source) == ["openai/gsm8k"] * 2 and list(train.ability) == ["math"] * 2
+    assert [r["ground_truth"] for r in train.reward_model] == ["1203", "4"]
+    assert train.prompt[0][0]["content"].startswith("Tom has 3 apples") and train.prompt[0][0]["content"].endswith(
+        f'output the final answer after "{MARKER}".')
+    assert len(pd.read_parquet(tmp_path / "out" / "gsm8k" / "test.parquet")) == 1
+    pd.DataFrame([{"question": "q"}]).to_json(tmp_path / "bad.jsonl", orient="records", lines=True)
+    with pytest.raises(ValueError, match=r"columns \['answer'\] missing"):
+        tasks.get("gsm8k").read(tmp_path / "bad.jsonl", "train")
+
+
+def test_data_cli_never_downloads_gsm8k(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        data.main(["gsm8k", "--root", str(tmp_path), "--test", str(tmp_path / "missing.jsonl")])
+    assert exc.value.code == 2 and "--train" in capsys.readouterr().err and not any(tmp_path.iterdir())
+    assert "--train" in data.command("gsm8k", 1, "data/verl") and "--length 3" in data.command("addition", 3, "d")
+
+
+TOY = '''
+    """``reverse``: the L digits in reverse order (a toy task of tests/tasks/test_registry.py)."""
+    from harness.tasks import register
+    from harness.tasks.base import TaskSpec, digit_reward
+
+
+    def sample(n, length, gen):
+        import torch
+
+        from harness.tasks.vocab import BOS, EQUALS
+
+        d = torch.randint(0, 10, (n, length), generator=gen)
+        return torch.cat([torch.full((n, 1), BOS), d, torch.full((n, 1), EQUALS)], 1), d.flip(-1)
+
+
+    SPEC = register(TaskSpec(name="reverse", backends=("local",), summary="reverse L digits",
+                             prompt_len=lambda length: length + 2, answer_len=lambda length: length,
+                             sample=sample, reward=digit_reward))
+'''
+TRAIN = '''
+    import torch
+    from harness import tasks
+    from harness.config import load
+    from harness.backends.local.trainer import LocalTrainer
+    assert "reverse" in tasks.names("local") and "reverse" not in tasks.names("verl")
+    cfg = load(["task=reverse", "trainer.steps=2", "trainer.prompts_per_step=4", "trainer.group_size=4",
+                "trainer.num_minibatches=2", "task.warmstart.max_steps=2", "task.warmstart.batch_size=8",
+                "diagnostics.noise_passes=2", "diagnostics.noise_sequences=4"])
+    tr = LocalTrainer(cfg, torch.device("cpu"))
+    steps = [tr.run_step() for _ in range(cfg.trainer.steps)]
+    prompts, answers = tr.task.sample(2, torch.Generator().manual_seed(0))
+    assert torch.equal(prompts[:, 1:-1].flip(-1), answers)
+    print("trained", cfg.task.name, len(steps), steps[-1]["reward/mean"])
+'''
+
+
+def test_a_new_task_is_one_module_and_one_yaml(tmp_path):
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, check=True,
+                           capture_output=True, text=True).stdout.split()
+    repo = tmp_path / "repo"
+    for f in files:
+        if (ROOT / f).is_file():
+            (repo / f).parent.mkdir(parents=True, exist_ok=True)
+            (repo / f).write_bytes((ROOT / f).read_bytes())
+    (repo / "harness" / "tasks" / "reverse.py").write_text(textwrap.dedent(TOY))
+    (repo / "experiments" / "task" / "reverse.yaml").write_text(
+        (ROOT / "experiments" / "task" / "sort.yaml").read_text().replace("name: sort", "name: reverse"))
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(TRAIN)], cwd=repo, capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(repo), "HOME": str(tmp_path)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("trained reverse 2 ")
