@@ -67,6 +67,19 @@ def test_verl_text_form_is_rewarded_by_its_own_text_reward(name):
                 assert spec.text_reward(ref, ref, mode) == (0.0, 0.0)  # no marker, no answer
 
 
+def test_verl_reward_scores_a_row_by_its_tasks_text_reward():
+    from harness.backends.verl import reward
+
+    for name in GENERATED:
+        (row,) = data.generated_rows(name, 3, 1, seed=0, split="test")
+        ref = row["reward_model"]["ground_truth"]
+        assert row["data_source"] == f"harness/{name}"
+        assert reward.compute_score(row["data_source"], f"{MARKER} {ref}", ref) == {"score": 1.0, "acc": 1.0}
+    for source in ("harness/gsm8k", "openai/gsm8k", "harness/nope"):  # verl's own rule, or no task: fail closed
+        with pytest.raises(ValueError, match="not a harness task with a text reward"):
+            reward.compute_score(source, f"{MARKER} 4", "4")
+
+
 def test_gsm8k_rows_come_from_the_users_file(tmp_path):
     import pandas as pd
 

@@ -63,7 +63,8 @@ def command(task: str, length: int, root: str | Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.backends.verl.data", description=__doc__.splitlines()[0])
-    ap.add_argument("task", choices=tasks.names("verl"))
+    ap.add_argument("task", choices=tasks.names("verl"),
+                    help="; ".join(f"{n}: {tasks.get(n).summary}" for n in tasks.names("verl")))
     ap.add_argument("--root", default="data/verl", help="folder of the datasets (= verl.data.root)")
     ap.add_argument("--length", type=int, default=None, help="digits per number (= task.length; default: the task's)")
     ap.add_argument("--n-train", type=int, default=20000)
