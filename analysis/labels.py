@@ -1,6 +1,7 @@
 """Group labels: which runs are replicates (seeds) of the same configuration, and their order.
 
-A run's group is its estimator plus the estimator's knobs found in its tags::
+A run's group is its estimator plus the estimator's knobs found in its tags (the label each estimator
+declares, ``harness.estimators.label``)::
 
     mean_n(n=8)        estimator=mean_n, n=8
     tis(C=2,token)     estimator=tis, clip_c=2.0, level=token
@@ -10,7 +11,7 @@ A run's group is its estimator plus the estimator's knobs found in its tags::
 plus, in brackets, the value of every tag that varies across the experiment among ``model``,
 ``task``, ``backend``, ``perturbation`` and any key the user asked to group by (``rollout[dense_tiny]``,
 ``rollout[model=moe_tiny,task=sort]`` when several vary). Groups sort by the canonical estimator
-order below, then by n, C, level and the bracketed tags.
+order (``harness.estimators.NAMES``), then by n, C, level and the bracketed tags.
 
 A *sweep family* (:func:`sweep_families`) is a set of groups that differ only in one knob (n or
 clip_c), e.g. ``mean_n(n=1)`` .. ``mean_n(n=16)`` or ``tis(C=1.5,token)`` .. ``tis(C=8,token)``.
@@ -23,10 +24,8 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-# The estimators of docs/design.md section 2, in the order tables and legends list them.
-ESTIMATOR_ORDER: tuple[str, ...] = (
-    "rollout", "recompute", "tis", "mis", "icepop", "r3", "mean_n", "rais", "deterministic",
-)
+from harness import estimators
+
 # Tags whose variation inside one experiment splits groups even when the estimator config matches.
 CONTEXT_TAGS: tuple[str, ...] = ("model", "task", "backend", "perturbation")
 NA = ("", "na", "none", "null", "nan")
@@ -54,25 +53,17 @@ def arm_text(value: object) -> str:
     return tag_text(value) or ("none" if str(value or "").strip().lower() == "none" else "")
 
 
-def fmt_number(x: float) -> str:
-    """2.0 -> "2", 0.5 -> "0.5", 16 -> "16"."""
-    return f"{x:g}"
+def tag_value(value: object) -> object:
+    """A tag as the parameter value it records: a number, a text, or None when absent or "na"."""
+    x = tag_number(value)
+    return x if not math.isnan(x) else (tag_text(value) or None)
 
 
 def base_label(tags: Mapping[str, str]) -> str:
-    """``estimator(knobs)`` from a run's tags (knobs: n, C, level; absent ones omitted)."""
+    """``estimator(knobs)`` from a run's tags: the estimator's own label (``harness.estimators.label``) of
+    the parameter values its tags carry (absent ones omitted)."""
     est = tag_text(tags.get("estimator")) or "?"
-    knobs = []
-    n = tag_number(tags.get("n"))
-    if not math.isnan(n):
-        knobs.append(f"n={fmt_number(n)}")
-    c = tag_number(tags.get("clip_c"))
-    if not math.isnan(c):
-        knobs.append(f"C={fmt_number(c)}")
-    level = tag_text(tags.get("level"))
-    if level:
-        knobs.append(level)
-    return f"{est}({','.join(knobs)})" if knobs else est
+    return estimators.label(est, {k: tag_value(v) for k, v in tags.items() if k != "estimator"})
 
 
 def context_suffix(tags: Mapping[str, str], varying: Sequence[str]) -> str:
@@ -85,7 +76,7 @@ def context_suffix(tags: Mapping[str, str], varying: Sequence[str]) -> str:
 
 
 def estimator_rank(estimator: str) -> int:
-    return ESTIMATOR_ORDER.index(estimator) if estimator in ESTIMATOR_ORDER else len(ESTIMATOR_ORDER)
+    return estimators.rank(estimator)
 
 
 def sort_key(estimator: str, n: float, clip_c: float, level: str, suffix: str) -> tuple:

@@ -1,7 +1,8 @@
 """One colour and line style per group, shared by every figure of a report.
 
-Each estimator has a fixed base colour (matplotlib's tab10, in the spirit of the KwaiKAT figures:
-recompute blue, mean_n orange, rollout green, r3 red, tis purple); the variants of one estimator
+Each estimator has a fixed base colour and line style, declared in its module (``harness.estimators``,
+its ``style``: matplotlib's tab10, in the spirit of the KwaiKAT figures: recompute blue, mean_n orange,
+rollout green, r3 red, tis purple); the variants of one estimator
 (``mean_n(n=1)`` .. ``mean_n(n=16)``, ``tis(C=2,token)`` ..) are shades of that colour from light to
 a little darker in canonical order (lightened up to 60 %, darkened at most 20 %, so a dark orange
 does not turn into mis's brown): on the 13 groups of the ablation every two colours are >= 15 apart
@@ -16,20 +17,17 @@ from typing import Sequence
 
 import numpy as np
 
+from harness import estimators
+
 TAB10 = {
     "blue": "#1f77b4", "orange": "#ff7f0e", "green": "#2ca02c", "red": "#d62728", "purple": "#9467bd",
     "brown": "#8c564b", "pink": "#e377c2", "gray": "#7f7f7f", "olive": "#bcbd22", "cyan": "#17becf",
 }
-BASE_COLOUR = {
-    "recompute": TAB10["blue"], "mean_n": TAB10["orange"], "rollout": TAB10["green"], "r3": TAB10["red"],
-    "tis": TAB10["purple"], "mis": TAB10["brown"], "icepop": TAB10["pink"], "rais": TAB10["olive"],
-    "deterministic": TAB10["cyan"],
-}
+#: each registered estimator's colour and line style (its ``style``)
+_STYLES = {name: estimators.get(name).style for name in estimators.NAMES if estimators.get(name).style}
+BASE_COLOUR = {name: TAB10[style.colour] for name, style in _STYLES.items()}
+BASE_STYLE = {name: style.linestyle for name, style in _STYLES.items()}
 UNKNOWN_COLOUR = TAB10["gray"]
-BASE_STYLE = {
-    "recompute": "-", "mean_n": "-", "rollout": "-", "r3": "--", "tis": "--", "mis": "--", "icepop": "-.",
-    "rais": "-.", "deterministic": ":",
-}
 LEVEL_STYLE = {"token": "-", "sequence": "--"}
 
 

@@ -16,13 +16,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from harness import estimators
 from harness.backends.verl.config import VerlConfig
+from harness.errors import ConfigError  # noqa: F401  (re-exported: ``from harness.config import ConfigError``)
 from harness.uri import resolve_tracking_uri
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
 GROUPS = ("estimator", "model", "task", "backend")
-ESTIMATORS = ("rollout", "recompute", "tis", "mis", "icepop", "r3", "mean_n", "rais", "deterministic")
+ESTIMATORS = estimators.NAMES  # the registered estimators (harness/estimators/), in table order
 TASKS = ("sort", "addition", "gsm8k")
 LOCAL_TASKS = ("sort", "addition")  # generated tasks of the local backend; gsm8k is verl-only
 DTYPES = ("bfloat16", "float16", "float32")
@@ -34,21 +36,20 @@ NON_IDENTITY_KEYS = ("tracking", "launcher", "out_dir")
 LOCAL_NUMERICS = 2
 
 
-class ConfigError(ValueError):
-    def __init__(self, key: str, message: str):
-        self.key = key
-        super().__init__(f"{key}: {message}")
+def _estimator_config() -> type:
+    """``EstimatorConfig``: ``name`` plus every parameter of every registered estimator (``harness.estimators``),
+    each optional (null = unset). ``validate`` requires the run's estimator's own and refuses the others."""
+    params = estimators.parameters()
+    extra = sorted(set(params) - set(estimators.LEGACY_PARAMS))
+    cls = dataclasses.make_dataclass(
+        "EstimatorConfig", [("name", str, field(default="recompute"))]
+        + [(k, Optional[params[k]], field(default=None)) for k in (*estimators.LEGACY_PARAMS, *extra)])
+    cls.__module__ = __name__
+    cls.__doc__ = _estimator_config.__doc__
+    return cls
 
 
-@dataclass
-class EstimatorConfig:
-    name: str = "recompute"
-    n: Optional[int] = None  # mean_n: number of inference passes
-    clip_c: Optional[float] = None  # tis, mis: cap C
-    level: Optional[str] = None  # tis, mis: token | sequence
-    alpha: Optional[float] = None  # icepop lower bound
-    beta: Optional[float] = None  # icepop upper bound
-    gamma_min: Optional[float] = None  # rais floor
+EstimatorConfig = _estimator_config()
 
 
 @dataclass
@@ -181,8 +182,16 @@ class RunConfig:
 
 def signature(spec: dict[str, Any], length: int = 10) -> str:
     """Short hash of the resolved spec without the keys that do not change what is computed
-    (and without the verl section for runs of another backend: its knobs are not read there)."""
+    (and without the verl section for runs of another backend: its knobs are not read there).
+
+    The ``estimator`` section keeps ``name`` and the six parameters of the original estimators
+    (``harness.estimators.LEGACY_PARAMS``: n, clip_c, level, alpha, beta, gamma_min; null when unused), as
+    every stored run was signed; a parameter registered later enters the signature only when set (not null),
+    so adding an estimator never changes the signature of an existing spec."""
     ident = {k: v for k, v in spec.items() if k not in NON_IDENTITY_KEYS}
+    if isinstance(ident.get("estimator"), dict):
+        ident["estimator"] = {k: v for k, v in ident["estimator"].items()
+                              if v is not None or k == "name" or k in estimators.LEGACY_PARAMS}
     if (spec.get("backend") or {}).get("name") != "verl":
         ident.pop("verl", None)
         ident["local_numerics"] = LOCAL_NUMERICS
@@ -254,10 +263,10 @@ def _one_of(value: Any, allowed: tuple, key: str) -> None:
 
 
 #: Upper bounds where a value can hang a run or exhaust memory (a typo such as ``estimator.n=1e9`` is
-#: refused before anything runs). Each is far above what the experiments use (n <= 16, 300 steps, 128
-#: sequences per local step, 512 per verl step); raise one here if a study needs more.
+#: refused before anything runs; an estimator bounds its own parameters, e.g. mean_n's n). Each is far above
+#: what the experiments use (300 steps, 128 sequences per local step, 512 per verl step); raise one here if a
+#: study needs more.
 LIMITS = {
-    "estimator.n": 64,  # inference passes per step (cost ~ n)
     "trainer.steps": 100_000,
     "trainer.prompts_per_step": 8192,
     "trainer.group_size": 1024,
@@ -294,42 +303,18 @@ def _safe_name(value: Optional[str], key: str, required: bool = True) -> None:
              f"<= {NAME_MAX} characters), got {value!r}")
 
 
-ESTIMATOR_PARAMS = {  # which estimator uses which knob (others must stay unset)
-    "mean_n": ("n",),
-    "tis": ("clip_c", "level"),
-    "mis": ("clip_c", "level"),
-    "icepop": ("alpha", "beta"),
-    "rais": ("gamma_min",),
-}
-
-
 def validate(cfg: RunConfig) -> RunConfig:
     e = cfg.estimator
-    _one_of(e.name, ESTIMATORS, "estimator")
-    used = ESTIMATOR_PARAMS.get(e.name, ())
-    for knob in ("n", "clip_c", "level", "alpha", "beta", "gamma_min"):
-        if knob in used:
-            _require(getattr(e, knob) is not None, f"estimator.{knob}", f"required by estimator {e.name}")
-        elif getattr(e, knob) is not None:
-            raise ConfigError(f"estimator.{knob}", f"not a parameter of estimator {e.name} (its parameters: {', '.join(used) or 'none'})")
+    _one_of(e.name, estimators.NAMES, "estimator")
+    estimator = estimators.get(e.name)
+    estimator.parse(e)  # its parameters: its own required, the others unset, then its own checks
     _require(0 <= cfg.seed < SEED_MAX, "seed", f"must be an integer in [0, 2**31), got {cfg.seed}")
     _safe_name(cfg.tracking.experiment, "tracking.experiment")
     _safe_name(cfg.tracking.run_name, "tracking.run_name", required=False)
-    if e.n is not None:
-        _require(e.n >= 1, "estimator.n", f"must be an integer >= 1, got {e.n}")
-        _at_most(e.n, "estimator.n")
-    if e.clip_c is not None:
-        _require(e.clip_c > 1, "estimator.clip_c", f"the cap C must be > 1, got {e.clip_c}")
-    if e.level is not None:
-        _one_of(e.level, ("token", "sequence"), "estimator.level")
-    if e.alpha is not None:
-        _require(0 < e.alpha < 1 < e.beta, "estimator.alpha", f"need 0 < alpha < 1 < beta, got alpha={e.alpha}, beta={e.beta}")
-    if e.gamma_min is not None:
-        _require(0 < e.gamma_min <= 1, "estimator.gamma_min", f"must be in (0, 1], got {e.gamma_min}")
 
     m = cfg.model
     _one_of(m.kind, ("moe", "dense"), "model.kind")
-    if e.name in ("r3", "rais"):
+    if estimator.needs.router:
         _require(m.kind == "moe", "estimator", f"{e.name} needs a router: use a moe model, not {m.name} ({m.kind})")
     for k in ("d_model", "n_layers", "n_heads", "n_experts", "top_k", "d_expert"):
         _require(getattr(m, k) >= 1, f"model.{k}", f"must be >= 1, got {getattr(m, k)}")

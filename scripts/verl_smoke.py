@@ -7,8 +7,9 @@ a GPU box. Per estimator it runs the real path end to end, ``python -m harness.r
 one GPU, and prints one line per estimator; the exit status is the number of failures.
 
 The tiny model (2 layers, 8 experts, top-2, a word-level tokenizer with a chat template) and the
-sort data are written under --work; nothing is downloaded. r3 uses verl's megatron engine (TP1,
-EP1); every other estimator the FSDP2 preset (rais: our router patch, plugins/rais_fsdp.py).
+sort data are written under --work; nothing is downloaded. The estimators are those of the registry with
+a verl mapping (``harness.estimators``); one that replays routing (r3) uses verl's megatron engine (TP1,
+EP1), every other one the FSDP2 preset (rais: our router patch, plugins/rais_fsdp.py).
 
     python scripts/verl_smoke.py [--estimators tis,mis] [--work runs/verl_smoke] [--gpus 1]
 """
@@ -24,7 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-ESTIMATORS = ("rollout", "recompute", "tis", "mis", "icepop", "r3", "mean_n", "rais", "deterministic")
+from harness import estimators as registry  # noqa: E402  (after the sys.path line: runs from a checkout)
+
+ESTIMATORS = tuple(e for e in registry.NAMES if registry.get(e).verl is not None)
 WORDS = ("sort these digits in ascending order write the sorted separated by spaces think briefly then output "
          "final answer after #### . : \" , 0 1 2 3 4 5 6 7 8 9").split()
 
@@ -57,12 +60,13 @@ def overrides(estimator: str, model: Path, work: Path, gpus: int) -> list[str]:
               "verl.data.max_prompt_length=64", "verl.data.max_response_length=16",
               "verl.parallel.rollout_tp=1", "verl.parallel.gpu_memory_utilization=0.3",
               "verl.parallel.max_token_len_per_gpu=2048"]
-    if estimator == "r3":
+    needs = registry.get(estimator).needs
+    if needs.replay:  # Megatron's router replay
         return [*common, "model=qwen3_30b_a3b", "verl.parallel.tp=1", "verl.parallel.ep=1", "verl.parallel.etp=1",
                 "verl.parallel.cpu_adam=false"]
     extra = ["verl.experimental_rais=true"] if estimator == "rais" else []
-    if estimator == "mean_n":
-        extra = ["estimator.n=2"]
+    if needs.passes:  # fewer inference passes than the preset's, for one GPU
+        extra = [f"estimator.{needs.passes}=2"]
     return [*common, "model=qwen3_30b_a3b_fsdp", "verl.parallel.cpu_adam=false", *extra]
 
 

@@ -1,4 +1,4 @@
-"""The estimator interface: how pi_old (the IS denominator) is obtained.
+"""The estimator interface and its registry: how pi_old (the IS denominator) is obtained.
 
 An estimator turns a rollout batch into an :class:`OldPolicy` - the denominator ``logp`` of the
 PPO ratio, an extra detached per-token ``weight`` (TIS/MIS/IcePop), a ``mask`` (rejected tokens
@@ -8,17 +8,37 @@ at an estimator's name.
 
 Everything an estimator may need is reached through :class:`OldPolicyContext` (lazy, cached,
 timed by the trainer), so an estimator pays only for what it uses.
+
+**Declared once.** Each estimator is one module of this package with one ``@register``-ed subclass
+of :class:`Estimator` that declares, beside its formula: ``name``; ``Params``, the dataclass of its
+parameters with their types and its own ``validate()``; ``needs`` (:class:`Needs`: an MoE router, routing
+replay, n inference passes, deterministic inference); ``rank`` and ``style`` (table order, plot colour and
+line style); ``verl`` (:class:`Verl`, how it runs on verl, or None: refused there). Config validation,
+run labels, analysis labels and palette, the verl translation and the tests read this registry
+(``harness.estimators.NAMES`` / ``get(name)``); a new estimator is one module plus
+``experiments/estimator/<name>.yaml``.
+
+**Composing** (the seam for e.g. mean_n's denominator with a TIS weight): ``old_policy`` returns the
+denominator and the weight separately, so a composed estimator is a subclass whose ``old_policy`` takes
+another estimator's :class:`OldPolicy` and replaces its ``weight``/``mask`` (:meth:`OldPolicy.with_weight`),
+with ``Params`` inheriting both parameter dataclasses. None ships yet.
+
+This module imports no torch at import time (only tensor methods are used), so that ``harness.config``
+can read the registry cheaply.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, ClassVar, Protocol
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Optional, Protocol
 
-import torch
-from torch import Tensor
+from harness.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from harness.config import EstimatorConfig
+    from torch import Tensor
+
+    from harness.config import EstimatorConfig, RunConfig
 
 
 @dataclass
@@ -26,9 +46,9 @@ class PolicyForward:
     """What a training-engine forward returns for the response tokens of a batch."""
 
     logp: Tensor  # [B, R] log-prob of each response token
-    router_logp: Tensor | None = None  # [B, R, L, E] log router probs at the predicting positions
-    selected: Tensor | None = None  # [B, R, L, k] experts used at the predicting positions
-    entropy: Tensor | None = None  # [B, R]
+    router_logp: Optional[Tensor] = None  # [B, R, L, E] log router probs at the predicting positions
+    selected: Optional[Tensor] = None  # [B, R, L, k] experts used at the predicting positions
+    entropy: Optional[Tensor] = None  # [B, R]
 
 
 @dataclass
@@ -36,9 +56,9 @@ class OldPolicy:
     logp: Tensor  # [B, R] IS denominator (detached)
     weight: Tensor  # [B, R] extra detached weight, 1 when the estimator has none
     mask: Tensor  # [B, R] 1 = token contributes to the loss
-    replay: Tensor | None = None  # [B, T, L, k] experts to replay in training forwards (-1 = own routing)
-    router_logp: Tensor | None = None  # [B, R, L, E] pre-update router log-probs (RAIS)
-    selected: Tensor | None = None  # [B, R, L, k] pre-update top-k (RAIS)
+    replay: Optional[Tensor] = None  # [B, T, L, k] experts to replay in training forwards (-1 = own routing)
+    router_logp: Optional[Tensor] = None  # [B, R, L, E] pre-update router log-probs (RAIS)
+    selected: Optional[Tensor] = None  # [B, R, L, k] pre-update top-k (RAIS)
 
     def select(self, idx: Tensor) -> "OldPolicy":
         """The rows ``idx`` of every tensor (a minibatch)."""
@@ -46,59 +66,168 @@ class OldPolicy:
         return OldPolicy(pick(self.logp), pick(self.weight), pick(self.mask), pick(self.replay),
                          pick(self.router_logp), pick(self.selected))
 
+    def with_weight(self, weight: Tensor, mask: Optional[Tensor] = None) -> "OldPolicy":
+        """The same denominator with another detached weight (and mask): the composing seam."""
+        return dataclasses.replace(self, weight=weight.detach(), mask=self.mask if mask is None else mask)
+
 
 class OldPolicyContext(Protocol):
     """Lazy access to the quantities an estimator may use (see trainer.OldPolicyContext)."""
 
     logp_roll: Tensor  # [B, R] inference engine's sampling log-prob
     mask: Tensor  # [B, R] response mask
-    routed_experts: Tensor | None  # [B, T, L, k] experts the inference engine used
+    routed_experts: Optional[Tensor]  # [B, T, L, k] experts the inference engine used
 
-    def recompute(self, replay: Tensor | None = None) -> PolicyForward: ...
+    def recompute(self, replay: Optional[Tensor] = None) -> PolicyForward: ...
     def score(self, n: int) -> Tensor: ...  # [n, B, R] fresh inference scorings
+
+
+# --------------------------------------------------------------------------------- declarations
+def knob(label: Optional[str] = None, doc: str = "") -> Any:
+    """A parameter field. ``label``: its short name in the estimator's label (``"C"`` -> ``tis(C=2,...)``,
+    ``""`` -> the bare value, ``None`` -> not in the label)."""
+    return field(metadata={"label": label, "doc": doc})
+
+
+@dataclass
+class Params:
+    """An estimator's parameters: subclasses add typed fields (:func:`knob`) and check their values in
+    ``validate``, raising ``ConfigError("estimator.<field>", ...)``. A field is required (null refused)."""
+
+    def validate(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What an estimator needs from the model and the engines (checked and provided from here)."""
+
+    router: bool = False  # an MoE router (router log-probs or routed experts): refused on a dense model
+    replay: bool = False  # the inference engine's routed experts, replayed in the training forwards
+    passes: Optional[str] = None  # the parameter giving its number of fresh inference passes per step
+    deterministic: bool = False  # a batch-invariant, fixed-order inference engine
+
+
+@dataclass(frozen=True)
+class Style:
+    """Plot style of the estimator's curves: a matplotlib tab10 colour name and a line style."""
+
+    colour: str
+    linestyle: str = "-"
+
+
+@dataclass(frozen=True)
+class Verl:
+    """How the estimator runs on verl 0.9.1 (``harness/backends/verl/translate.py`` applies it).
+
+    Beyond these fields, ``needs.replay`` switches on Megatron's router replay (R3) and
+    ``needs.deterministic`` vLLM's full determinism. ``Params`` arguments below are the run's parameters."""
+
+    bypass: bool = False  # rollout_correction.bypass_mode: pi_old := the rollout log-prob, no actor forward
+    #: rollout_correction fields beyond the defaults (IS weight, rejection sampling), from the Params
+    correction: Optional[Callable[[Any], dict[str, Any]]] = None
+    agent_loop: Optional[str] = None  # the rollout's agent loop (registered by our plugins)
+    loss_mode: str = "vanilla"  # actor.policy_loss.loss_mode
+    env: Optional[Callable[[Any], dict[str, str]]] = None  # the workers' environment, from the Params
+    harness: Optional[Callable[[Any], dict[str, Any]]] = None  # ``+harness.<k>`` keys read by our plugins
+    #: verl metric -> harness metric, beyond those every (bypass / decoupled / weighted) run maps
+    metrics: Mapping[str, str] = field(default_factory=dict)
+    check: Optional[Callable[["RunConfig"], None]] = None  # verl-only checks of a spec (raise ConfigError)
+
+    @property
+    def weighted(self) -> bool:
+        """verl computes an IS weight (``rollout_is``) for this estimator."""
+        return self.correction is not None
 
 
 class Estimator:
     """Base class: the denominator is the training engine's recomputed log-prob, weight 1."""
 
     name: ClassVar[str] = ""
-    #: the inference engine must run batch-invariant and fixed-order (costly) for this estimator
-    requires_deterministic_inference: ClassVar[bool] = False
+    Params: ClassVar[type[Params]] = Params
+    needs: ClassVar[Needs] = Needs()
+    rank: ClassVar[int] = 100  # position in tables and legends (then by name)
+    style: ClassVar[Optional[Style]] = None  # None: the palette picks a free tab10 colour
+    verl: ClassVar[Optional[Verl]] = None  # None: the verl backend refuses it
 
     def __init__(self, cfg: "EstimatorConfig"):
-        self.cfg = cfg
+        self.params = self.parse(cfg)
 
     def old_policy(self, ctx: OldPolicyContext) -> OldPolicy:
         raise NotImplementedError
 
     def ratio(self, logp_new: Tensor, old: OldPolicy, new: PolicyForward) -> Tensor:
         """The PPO ratio r = pi_new / pi_old; RAIS rescales it."""
-        return torch.exp(logp_new - old.logp)
+        return (logp_new - old.logp).exp()
 
     # helpers for subclasses
     @staticmethod
     def plain(ctx: OldPolicyContext, logp: Tensor, **kw) -> OldPolicy:
-        return OldPolicy(logp=logp.detach(), weight=torch.ones_like(logp), mask=ctx.mask.clone(), **kw)
+        return OldPolicy(logp=logp.detach(), weight=logp.new_ones(logp.shape), mask=ctx.mask.clone(), **kw)
+
+    # declarations read by the rest of the harness
+    @classmethod
+    def param_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls.Params))
+
+    @classmethod
+    def parse(cls, values: Any) -> Params:
+        """The estimator's ``Params`` from a config carrying every registered parameter (``EstimatorConfig``):
+        its own are required, the others must be unset; then its own ``validate``."""
+        used = cls.param_names()
+        for knob_ in parameters():
+            value = getattr(values, knob_, None)
+            if knob_ in used and value is None:
+                raise ConfigError(f"estimator.{knob_}", f"required by estimator {cls.name}")
+            if knob_ not in used and value is not None:
+                raise ConfigError(f"estimator.{knob_}", f"not a parameter of estimator {cls.name} "
+                                  f"(its parameters: {', '.join(used) or 'none'})")
+        params = cls.Params(**{k: getattr(values, k) for k in used})
+        params.validate()
+        return params
+
+    @classmethod
+    def label(cls, values: Mapping[str, Any]) -> str:
+        """``name(knob,...)`` from parameter values, e.g. ``tis(C=2,token)``, ``mean_n(n=8)``, ``rollout``."""
+        return label_from(cls.name, [(f.metadata.get("label"), values.get(f.name))
+                                     for f in dataclasses.fields(cls.Params)])
 
 
+def label_from(name: str, knobs: list[tuple[Optional[str], Any]]) -> str:
+    """``name(short=value,...)`` of the knobs with a label and a value (numbers as ``%g``)."""
+    parts = []
+    for short, value in knobs:
+        if short is None or value is None:
+            continue
+        text = f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+        parts.append(f"{short}={text}" if short else text)
+    return f"{name}({','.join(parts)})" if parts else name
+
+
+# ------------------------------------------------------------------------------------- registry
 REGISTRY: dict[str, type[Estimator]] = {}
 
 
 def register(cls: type[Estimator]) -> type[Estimator]:
     assert cls.name and cls.name not in REGISTRY, cls.name
+    assert dataclasses.is_dataclass(cls.Params) and issubclass(cls.Params, Params), cls.name
     REGISTRY[cls.name] = cls
     return cls
 
 
-def masked_sum(x: Tensor, mask: Tensor) -> Tensor:
-    """Sum over the response dimension of the unmasked entries: [B, R] -> [B, 1]."""
-    return (x * mask).sum(-1, keepdim=True)
+def parameters() -> dict[str, Any]:
+    """Every registered parameter -> its type (the union ``EstimatorConfig`` is built from). Two estimators
+    sharing a parameter name must give it the same type."""
+    out: dict[str, Any] = {}
+    for name in sorted(REGISTRY):
+        hints = typing.get_type_hints(REGISTRY[name].Params)
+        for f in dataclasses.fields(REGISTRY[name].Params):
+            tp = hints[f.name]
+            assert out.setdefault(f.name, tp) == tp, f"estimator parameter {f.name}: {out[f.name]} vs {tp} ({name})"
+    return out
 
 
 def build(cfg: "EstimatorConfig") -> Estimator:
     from harness import estimators  # noqa: F401  (imports every module, filling REGISTRY)
 
     return REGISTRY[cfg.name](cfg)
-
-
-Factory = Callable[["EstimatorConfig"], Estimator]

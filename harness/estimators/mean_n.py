@@ -7,24 +7,64 @@ Each ``logp_inf[i]`` is an independent re-scoring of prompt+response by the infe
 sampling pass: so ``mean_n`` with n=1 is *not* ``rollout``. The mean of probabilities is an
 unbiased estimate of E[pi_inference] whose variance falls as 1/n; the mean of log-probs would be
 biased low (Jensen). Cost: n inference scoring passes, no training forward.
+On verl: bypass mode + our agent loop ``harness_mean_n`` (plugins/mean_n.py): the rollout log-prob
+it returns is log-mean-exp of n vLLM ``prompt_logprobs`` re-scorings.
 """
+from __future__ import annotations
+
 import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor
+from harness.errors import ConfigError
+from harness.estimators.base import Estimator, Needs, OldPolicy, Params, Style, Verl, knob, register
 
-from harness.estimators.base import Estimator, OldPolicy, register
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import Tensor
+
+#: at most this many passes per step (cost ~ n; a typo such as ``estimator.n=1e9`` hangs a run at step 0);
+#: far above what the experiments use (n <= 16): raise it here if a study needs more
+MAX_N = 64
+AGENT_LOOP = "harness_mean_n"  # the verl agent loop of plugins/mean_n.py
 
 
 def log_mean_prob(logps: Tensor) -> Tensor:
     """log((1/n) sum_i exp(logps[i])) over the first dimension, computed stably."""
     n = logps.shape[0]
-    return torch.logsumexp(logps.double(), dim=0).sub(math.log(n)).to(logps.dtype)
+    return logps.double().logsumexp(dim=0).sub(math.log(n)).to(logps.dtype)
+
+
+@dataclass
+class Passes(Params):
+    n: int = knob("n", "number of fresh inference passes")
+
+    def validate(self) -> None:
+        if self.n < 1:
+            raise ConfigError("estimator.n", f"must be an integer >= 1, got {self.n}")
+        if self.n > MAX_N:
+            raise ConfigError("estimator.n", f"must be <= {MAX_N} (harness.estimators.mean_n.MAX_N), got {self.n}")
+
+
+def _verl_check(cfg) -> None:
+    i = cfg.inference
+    if not (i.temperature == 1.0 and i.top_k == 0):
+        raise ConfigError("inference.temperature", "mean_n re-scores with vLLM prompt_logprobs, which are the model's "
+                          f"raw distribution: with temperature={i.temperature}, top_k={i.top_k} they would not be the "
+                          "sampling distribution. Use temperature 1.0 and top_k 0 with mean_n on verl")
+    if i.deterministic:
+        raise ConfigError("inference.deterministic", "mean_n averages n re-scoring passes whose numerics differ by "
+                          "batch composition; a batch-invariant vLLM (full determinism) makes every pass identical, "
+                          "so mean_n would be mean_1")
 
 
 @register
 class MeanN(Estimator):
     name = "mean_n"
+    Params = Passes
+    needs = Needs(passes="n")
+    rank = 6
+    style = Style("orange", "-")
+    verl = Verl(bypass=True, agent_loop=AGENT_LOOP, harness=lambda p: {"mean_n": p.n}, check=_verl_check)
 
     def old_policy(self, ctx) -> OldPolicy:
-        return self.plain(ctx, log_mean_prob(ctx.score(self.cfg.n)))
+        return self.plain(ctx, log_mean_prob(ctx.score(self.params.n)))

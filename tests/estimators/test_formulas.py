@@ -50,8 +50,8 @@ def test_rollout_and_deterministic_use_the_sampling_logprob_and_no_training_forw
         old = est(name).old_policy(ctx)
         torch.testing.assert_close(old.logp, ROLL)
         assert ctx.calls == [] and torch.all(old.weight == 1)
-    assert build(EstimatorConfig("deterministic")).requires_deterministic_inference
-    assert not build(EstimatorConfig("rollout")).requires_deterministic_inference
+    assert build(EstimatorConfig("deterministic")).needs.deterministic
+    assert not build(EstimatorConfig("rollout")).needs.deterministic
 
 
 def test_recompute():

@@ -36,9 +36,10 @@ def test_mis_matches_verl(seed, level):
     logp_rec, logp_roll, mask = tensors(seed)
     theirs, _ = rch.compute_rollout_correction_weights(logp_rec - logp_roll, mask, rollout_is=level,
                                                         rollout_is_threshold="1e-9_2.0")
-    ours = mis_weights(logp_rec, logp_roll, mask, 2.0, level)
+    ours, keep = mis_weights(logp_rec, logp_roll, mask, 2.0, level)
     torch.testing.assert_close(ours, theirs)
     assert (ours == 0).any() and (ours > 0).any()  # the cap actually masks some, keeps others
+    assert torch.equal(keep.bool() & mask.bool(), (ours > 0) & mask.bool())  # the mask drops exactly the capped
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -118,7 +118,7 @@ class PackTrainer:
         self.train = TrainEngine(self.policy)
         self.estimator = estimators.build(cfg.estimator)
         icfg = cfg.inference
-        if self.estimator.requires_deterministic_inference:
+        if self.estimator.needs.deterministic:
             icfg = dataclasses.replace(icfg, deterministic=True)
         self.infer = InferenceEngine(self.policy, icfg, self.seeds, device)
         self.task = Task(cfg.task)

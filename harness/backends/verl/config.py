@@ -7,9 +7,10 @@ presets in ``experiments/model/``), the cluster shape, the data files (task pres
 verl-only switches.
 
 ``validate(cfg)`` is called by ``harness.config.validate`` when ``backend.name == "verl"``. Every
-combination that verl cannot run (R3 on FSDP, a model without a checkpoint, sampler settings that
-make mean_n's re-scoring biased, ...) raises :class:`harness.config.ConfigError` here, before any
-job is submitted.
+combination that verl cannot run (an estimator without a verl mapping, R3 on FSDP, a model without a
+checkpoint, sampler settings that make mean_n's re-scoring biased, ...) raises
+:class:`harness.errors.ConfigError` here, before any job is submitted; the estimator-specific checks are
+declared by each estimator (``harness.estimators``, its ``verl.check``).
 """
 from __future__ import annotations
 
@@ -17,8 +18,11 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
+from harness.errors import ConfigError
+
 if TYPE_CHECKING:  # pragma: no cover
     from harness.config import RunConfig
+    from harness.estimators import Verl
 
 STRATEGIES = ("fsdp", "fsdp2", "megatron")
 ROLLOUT_ENGINES = ("vllm",)
@@ -109,19 +113,30 @@ class VerlConfig:
     extra_overrides: list = field(default_factory=list)
 
 
-def _err(key: str, message: str):
-    from harness.config import ConfigError
-
-    return ConfigError(key, message)
-
-
 def _require(ok: bool, key: str, message: str) -> None:
     if not ok:
-        raise _err(key, message)
+        raise ConfigError(key, message)
+
+
+def estimator_mapping(cfg: "RunConfig") -> "Verl":
+    """The run's estimator's verl mapping (``harness.estimators``, its ``verl``); an estimator without one
+    is refused (ConfigError naming it): it would otherwise train as recompute under its own name."""
+    from harness import estimators
+
+    estimator = estimators.REGISTRY.get(cfg.estimator.name)
+    mapping = estimator.verl if estimator is not None else None
+    if mapping is None:
+        mapped = [n for n in estimators.NAMES if estimators.get(n).verl is not None]
+        raise ConfigError("estimator", f"{cfg.estimator.name!r} has no verl mapping (its module in "
+                          f"harness/estimators/ declares verl=None; mapped: {', '.join(mapped)}); refusing rather "
+                          "than training it as recompute")
+    return mapping
 
 
 def validate(cfg: "RunConfig") -> "RunConfig":
     """Checks of a ``backend=verl`` spec that verl itself would only make on the cluster (or never)."""
+    from harness import estimators
+
     v, e, m, t, i, tr = cfg.verl, cfg.estimator, cfg.model, cfg.task, cfg.inference, cfg.trainer
     p, d = v.parallel, v.data
 
@@ -138,32 +153,10 @@ def validate(cfg: "RunConfig") -> "RunConfig":
     _require(v.gpu_memory_gb > 0, "verl.gpu_memory_gb", f"must be > 0, got {v.gpu_memory_gb}")
     _require(v.rollout in ROLLOUT_ENGINES, "verl.rollout",
              f"unknown value {v.rollout!r}; allowed: {', '.join(ROLLOUT_ENGINES)}")
-    # estimators
-    if e.name == "r3":
-        _require(v.strategy == "megatron", "estimator",
-                 f"r3 (rollout routing replay) runs only on verl's megatron engine "
-                 f"(actor.megatron.router_replay.mode=R3); verl.strategy={v.strategy} has no router replay. "
-                 "Use a megatron model preset (model=qwen3_30b_a3b) or set verl.strategy=megatron")
-    if e.name == "rais":
-        _require(v.strategy in ("fsdp", "fsdp2"), "estimator",
-                 f"rais on verl runs on the FSDP engine only (our patch of its forward records the HF Qwen3-MoE "
-                 f"router logits, plugins/rais_fsdp.py); verl.strategy={v.strategy} has no such patch: verl's "
-                 "megatron engine gives policy losses no router log-probs. Use model=qwen3_30b_a3b_fsdp (FSDP2)")
-        _require(m.kind == "moe", "estimator", f"rais needs an MoE router; model {m.name} is {m.kind}")
-        _require(p.use_remove_padding, "verl.parallel.use_remove_padding",
-                 "rais on verl reads the router logits of the packed (remove-padding) forward: set it true")
-        _require(v.experimental_rais, "estimator",
-                 "rais on verl: the FSDP router patch and the 'harness_rais' loss are tested on CPU with a tiny HF "
-                 "Qwen3-MoE but have not run on a GPU (docs/verl.md, 'RAIS'). Set verl.experimental_rais=true")
-    if e.name == "mean_n":
-        _require(e.n is not None and e.n >= 1, "estimator.n", f"must be an integer >= 1, got {e.n}")
-        _require(i.temperature == 1.0 and i.top_k == 0, "inference.temperature",
-                 "mean_n re-scores with vLLM prompt_logprobs, which are the model's raw distribution: with "
-                 f"temperature={i.temperature}, top_k={i.top_k} they would not be the sampling distribution. "
-                 "Use temperature 1.0 and top_k 0 with mean_n on verl")
-        _require(not i.deterministic, "inference.deterministic",
-                 "mean_n averages n re-scoring passes whose numerics differ by batch composition; a batch-invariant "
-                 "vLLM (full determinism) makes every pass identical, so mean_n would be mean_1")
+    # the estimator: mapped (else refused), and its own verl-only checks
+    mapping = estimator_mapping(cfg)
+    if mapping.check is not None:
+        mapping.check(cfg)
 
     for key in ("nnodes", "gpus_per_node"):
         _require(getattr(v, key) >= 1, f"verl.{key}", f"must be >= 1, got {getattr(v, key)}")
@@ -215,7 +208,8 @@ def validate(cfg: "RunConfig") -> "RunConfig":
     for key, off in (("router_noise_sigma", 0.0), ("logit_noise_sigma", 0.0), ("bias_delta", 1.0)):
         _require(getattr(i, key) == off, f"inference.{key}",
                  f"controlled perturbations exist only in the local inference engine; on verl it must stay {off}")
-    _require(i.batch_variance or i.deterministic or e.name == "deterministic", "inference.batch_variance",
+    needs = estimators.get(e.name).needs
+    _require(i.batch_variance or i.deterministic or needs.deterministic, "inference.batch_variance",
              "vLLM is batch-invariant only in full-determinism mode: set inference.deterministic=true "
              "(or leave batch_variance true)")
     _require(i.dtype in ("bfloat16", "float16"), "inference.dtype",

@@ -32,17 +32,18 @@ Not mapped, because verl's quantity differs from the catalogue's definition: ``a
 estimate), sequence-level ``rollout_is_max`` (the untruncated ratio). Not computed by verl:
 ``reward/std``, ``moe/*``, ``noise/var_rollout``; bypass estimators (rollout, deterministic,
 mean_n) have no ``rollout_corr/*`` since verl skips the training forward for them.
+
+The "when" column follows each estimator's declaration (``harness.estimators``): decoupled = not
+``verl.bypass`` (r3 too); "old=rec" rows and the prob_diff rows = decoupled without ``needs.replay``;
+tis, mis, icepop = ``verl.weighted``; the mis and icepop rows are their own ``verl.metrics``.
 """
 from __future__ import annotations
 
 import math
 from typing import Any, Mapping
 
+from harness import estimators
 from harness import metrics as M
-
-#: estimators whose pi_old is the plain recomputed training log-prob (verl's decoupled mode)
-DECOUPLED_REC = ("recompute", "tis", "mis", "icepop", "rais")
-WEIGHTED = ("tis", "mis", "icepop")
 
 ALWAYS = {
     "critic/score/mean": M.REWARD_MEAN,
@@ -71,7 +72,9 @@ IS_WEIGHTS = {
 
 
 def mapping(estimator: str, level: str | None = None, exact_reward: bool = False) -> dict[str, list[str]]:
-    """verl name -> the harness names it is logged under, for one run's estimator."""
+    """verl name -> the harness names it is logged under, for one run's estimator (only the always-mapped
+    names for an estimator that is not registered or has no verl mapping). ``level``: the IS weight's level
+    (None = token level, as icepop's)."""
     out: dict[str, list[str]] = {}
 
     def add(table: Mapping[str, str]) -> None:
@@ -81,18 +84,19 @@ def mapping(estimator: str, level: str | None = None, exact_reward: bool = False
     add(ALWAYS)
     if exact_reward:
         add({"critic/score/mean": M.REWARD_ACCURACY})
-    if estimator in DECOUPLED_REC or estimator == "r3":
+    spec = estimators.REGISTRY.get(estimator)
+    verl = spec.verl if spec is not None else None
+    if verl is None:
+        return out
+    if not verl.bypass:  # decoupled: pi_old from the actor's forward (r3's replays the routing)
         add(DECOUPLED)
-    if estimator in DECOUPLED_REC:
-        add(REC_ONLY)
-    if estimator in WEIGHTED:
+        if not spec.needs.replay:
+            add(REC_ONLY)
+    if verl.weighted:
         add(IS_WEIGHTS)
-        if estimator == "icepop" or level == "token":
+        if level != "sequence":
             add({"rollout_corr/rollout_is_max": M.IS_WEIGHT_MAX})
-    if estimator == "mis":
-        add({"rollout_corr/rollout_rs_masked_fraction": M.IS_MASKED_FRAC})
-    if estimator == "icepop":
-        add({"rollout_corr/rollout_is_oob_ratio": M.IS_MASKED_FRAC})
+    add(verl.metrics)
     return out
 
 

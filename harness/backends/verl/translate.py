@@ -4,26 +4,14 @@ Every key below is a key of verl 0.9.1's own ``trainer/config/ppo_trainer.yaml``
 ``model_engine=megatron`` group switch); ``tests/backends/verl`` composes each estimator's list
 with that file through Hydra and runs verl's config validation on it, so a typo fails a test.
 
-Estimator mapping (docs/design.md section 8):
+Estimator mapping (docs/design.md section 8): each estimator declares its own, in its module under
+``harness/estimators/`` (``verl``: bypass mode, the ``rollout_correction`` fields, agent loop, policy
+loss, environment, checks); ``needs.replay`` turns on Megatron's router replay (R3) and
+``needs.deterministic`` vLLM's full determinism with our seeded agent loop ``harness_deterministic``
+(plugins/deterministic.py: a seed and request id per sample, so a GRPO group's responses differ and every
+call is reproducible). An estimator declaring ``verl=None`` is refused (ConfigError, exit 2,
+``config.estimator_mapping``): it never trains as recompute.
 
-===============  ==========================================================================
-rollout          ``algorithm.rollout_correction.bypass_mode=true`` (old := rollout log-prob)
-recompute        decoupled mode (verl's default): old := actor forward, no IS weight
-tis              ``rollout_is=<level>``, ``rollout_is_threshold=C``
-mis              ``rollout_is=<level>``, ``rollout_is_threshold="1e-9_C"`` (weight rho*1[rho<=C])
-                 + ``rollout_rs=seq_sum_k1|token_k1``, ``rollout_rs_threshold="1/C_inf"`` (mask)
-icepop           ``rollout_is=token``, ``rollout_is_threshold="alpha_beta"``
-r3               megatron ``router_replay.mode=R3`` + ``rollout.enable_rollout_routing_replay``
-deterministic    bypass mode + ``rollout.full_determinism=true`` (batch-invariant vLLM) + our agent
-                 loop ``harness_deterministic`` (plugins/deterministic.py): a seed and request id
-                 per sample, so a GRPO group's responses differ and every call is reproducible
-mean_n           bypass mode + our agent loop ``harness_mean_n`` (plugins/mean_n.py): the rollout
-                 log-prob it returns is log-mean-exp of n vLLM ``prompt_logprobs`` re-scorings
-rais             policy loss ``harness_rais`` (plugins/rais.py), decoupled mode, FSDP engine with
-                 our router patch (plugins/rais_fsdp.py)
-===============  ==========================================================================
-
-An estimator without a row here is refused (ConfigError, exit 2): it never trains as recompute.
 The trainer is verl's legacy ``RayPPOTrainer`` (``trainer.use_v1=false``, config.TRAINERS): the
 one whose loss denominator drops MIS-rejected tokens, as the harness does.
 
@@ -38,61 +26,45 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness import estimators
+from harness.backends.verl.config import estimator_mapping
 from harness.config import ROOT, RunConfig
 from harness.overrides import hydra_value
 from harness.tags import tag_values
 
 PLUGIN_MODULE = "harness.backends.verl.plugins"
-MEAN_N_AGENT_LOOP = "harness_mean_n"
 DETERMINISTIC_AGENT_LOOP = "harness_deterministic"
-#: every estimator this module maps (anything else fails closed in ``rollout_correction``)
-MAPPED = ("rollout", "recompute", "tis", "mis", "icepop", "r3", "deterministic", "mean_n", "rais")
-RAIS_ENV = "HARNESS_RAIS"  # set for rais runs: the FSDP engine patch records router logits
-RAIS_LOSS = "harness_rais"
-GAMMA_MIN_ENV = "HARNESS_RAIS_GAMMA_MIN"
 ENTRYPOINT = ("-m", "verl.trainer.main_ppo")
 REWARD_FILE = Path(__file__).with_name("reward.py")
-#: the MIS weight's lower IcePop-style bound: below verl's exp(-20) safety floor, so only C masks
-MIS_LOWER = "1e-9"
-#: bypass estimators take pi_old from the rollout (no training forward)
-BYPASS = ("rollout", "deterministic", "mean_n")
 CHECKPOINT_DIR = "verl_checkpoints"
+
 
 def _kv(items: list[tuple[str, Any]]) -> list[str]:
     return [f"{k}={hydra_value(v)}" for k, v in items]
 
 
 # --------------------------------------------------------------------------------- sections
+def _params(cfg: RunConfig):
+    return estimators.get(cfg.estimator.name).parse(cfg.estimator)
+
+
 def rollout_correction(cfg: RunConfig) -> dict[str, Any]:
     """``algorithm.rollout_correction`` for the estimator (verl's RolloutCorrectionConfig fields)."""
-    e = cfg.estimator
-    if e.name not in MAPPED:
-        from harness.config import ConfigError
-
-        raise ConfigError("estimator", f"{e.name!r} has no verl mapping (translate.py maps "
-                          f"{', '.join(MAPPED)}); refusing rather than training it as recompute")
-    rc: dict[str, Any] = {"bypass_mode": e.name in BYPASS, "loss_type": "ppo_clip", "rollout_is": None,
+    mapping = estimator_mapping(cfg)
+    rc: dict[str, Any] = {"bypass_mode": mapping.bypass, "loss_type": "ppo_clip", "rollout_is": None,
                           "rollout_is_threshold": 2.0, "rollout_is_batch_normalize": False,
                           "rollout_rs": None, "rollout_rs_threshold": None}
-    if e.name == "tis":
-        rc.update(rollout_is=e.level, rollout_is_threshold=float(e.clip_c))
-    elif e.name == "icepop":
-        rc.update(rollout_is="token", rollout_is_threshold=f"{float(e.alpha)!r}_{float(e.beta)!r}")
-    elif e.name == "mis":
-        # weight rho * 1[rho <= C] (IcePop-style band [1e-9, C]) and the rejected sequences (tokens)
-        # leave the loss denominator: k1 = -log rho in [log(1/C), +inf)  <=>  rho <= C
-        rc.update(rollout_is=e.level, rollout_is_threshold=f"{MIS_LOWER}_{float(e.clip_c)!r}",
-                  rollout_rs="token_k1" if e.level == "token" else "seq_sum_k1",
-                  rollout_rs_threshold=f"{1.0 / float(e.clip_c)!r}_inf")
+    if mapping.correction is not None:
+        rc.update(mapping.correction(_params(cfg)))
     return rc
 
 
 def agent_loop(cfg: RunConfig) -> str:
-    """The rollout's agent loop: mean_n's re-scoring loop, our seeded loop under full determinism
-    (verl's own gives every sample the same seed), else verl's ``single_turn_agent``."""
-    if cfg.estimator.name == "mean_n":
-        return MEAN_N_AGENT_LOOP
-    if cfg.estimator.name == "deterministic" or cfg.inference.deterministic:
+    """The rollout's agent loop: the estimator's own (mean_n's re-scoring loop), our seeded loop under full
+    determinism (verl's own gives every sample the same seed), else verl's ``single_turn_agent``."""
+    if estimator_mapping(cfg).agent_loop:
+        return estimator_mapping(cfg).agent_loop
+    if estimators.get(cfg.estimator.name).needs.deterministic or cfg.inference.deterministic:
         return DETERMINISTIC_AGENT_LOOP
     return "single_turn_agent"
 
@@ -120,9 +92,9 @@ def run_name(cfg: RunConfig) -> str:
 def environment(cfg: RunConfig) -> dict[str, str]:
     """Environment of the driver (``main_ppo``); the same reaches every Ray worker via runtime_env."""
     env = {"VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE, "MLFLOW_TRACKING_URI": cfg.tracking_uri}
-    if cfg.estimator.name == "rais":
-        env[GAMMA_MIN_ENV] = repr(float(cfg.estimator.gamma_min))
-        env[RAIS_ENV] = "1"
+    mapping = estimator_mapping(cfg)
+    if mapping.env is not None:
+        env.update(mapping.env(_params(cfg)))
     return env
 
 
@@ -131,6 +103,7 @@ def overrides(cfg: RunConfig, commit: str | None = None, env: dict[str, str] | N
     e, m, t, i, tr, v = cfg.estimator, cfg.model, cfg.task, cfg.inference, cfg.trainer, cfg.verl
     p, d = v.parallel, v.data
     megatron = v.strategy == "megatron"
+    mapping, needs = estimator_mapping(cfg), estimators.get(e.name).needs
     train_files, val_files = data_files(cfg)
     A, R = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
     out: list[tuple[str, Any]] = []
@@ -163,14 +136,14 @@ def overrides(cfg: RunConfig, commit: str | None = None, env: dict[str, str] | N
             (f"{A}.use_kl_loss", False), (f"{A}.optim.lr", tr.lr), (f"{A}.optim.weight_decay", tr.weight_decay),
             (f"{A}.optim.clip_grad", float(tr.max_grad_norm) if tr.max_grad_norm is not None else math.inf),
             (f"{A}.data_loader_seed", cfg.seed),
-            (f"{A}.policy_loss.loss_mode", RAIS_LOSS if e.name == "rais" else "vanilla")]
+            (f"{A}.policy_loss.loss_mode", mapping.loss_mode)]
     if megatron:
         M = f"{A}.megatron"
         out += [(f"{M}.tensor_model_parallel_size", p.tp), (f"{M}.pipeline_model_parallel_size", p.pp),
                 (f"{M}.context_parallel_size", p.cp), (f"{M}.expert_model_parallel_size", p.ep),
                 (f"{M}.expert_tensor_parallel_size", p.etp), (f"{M}.param_offload", p.param_offload),
                 (f"{M}.optimizer_offload", p.optimizer_offload), (f"{M}.seed", cfg.seed),
-                (f"{M}.router_replay.mode", "R3" if e.name == "r3" else "disabled")]
+                (f"{M}.router_replay.mode", "R3" if needs.replay else "disabled")]
         T = f"{M}.override_transformer_config"
         if p.recompute == "full":
             out += [(f"{T}.recompute_granularity", "full"), (f"{T}.recompute_method", "uniform"),
@@ -188,7 +161,7 @@ def overrides(cfg: RunConfig, commit: str | None = None, env: dict[str, str] | N
                 (f"{F}.seed", cfg.seed)]
 
     # rollout (vLLM): sampler, log-prob semantics, determinism, routing capture
-    deterministic = i.deterministic or e.name == "deterministic"
+    deterministic = i.deterministic or needs.deterministic
     out += [(f"{R}.name", v.rollout), (f"{R}.n", tr.group_size), (f"{R}.temperature", i.temperature),
             (f"{R}.top_k", i.top_k if i.top_k > 0 else -1), (f"{R}.top_p", 1.0),
             (f"{R}.logprobs_mode", "processed_logprobs" if i.logprobs_mode == "processed" else "raw_logprobs"),
@@ -197,7 +170,7 @@ def overrides(cfg: RunConfig, commit: str | None = None, env: dict[str, str] | N
             (f"{R}.gpu_memory_utilization", p.gpu_memory_utilization),
             (f"{R}.log_prob_micro_batch_size_per_gpu", p.micro_batch_per_gpu),
             (f"{R}.full_determinism", deterministic), (f"{R}.seed", cfg.seed),
-            (f"{R}.enable_rollout_routing_replay", e.name == "r3"),
+            (f"{R}.enable_rollout_routing_replay", needs.replay),
             (f"{R}.agent.default_agent_loop", agent_loop(cfg))]
 
     # reward: verl's rule reward for gsm8k (by data_source), ours for the generated tasks
@@ -223,8 +196,8 @@ def overrides(cfg: RunConfig, commit: str | None = None, env: dict[str, str] | N
     # our block (read by the plugins: MLflow tags, mean_n's n) and the workers' environment
     out += [("+harness.estimator", e.name), ("+harness.signature", cfg.signature),
             ("+harness.exact_reward", t.name == "gsm8k" or t.reward == "exact")]
-    if e.name == "mean_n":
-        out += [("+harness.mean_n", e.n)]
+    if mapping.harness is not None:
+        out += [(f"+harness.{k}", val) for k, val in mapping.harness(_params(cfg)).items()]
     out += [(f"+harness.tags.{k}", val) for k, val in tag_values(cfg, commit).items()]
     for k, val in sorted((env if env is not None else environment(cfg)).items()):
         out.append((f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}", str(val)))

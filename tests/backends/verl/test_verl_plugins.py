@@ -15,6 +15,7 @@ import torch
 
 from harness.backends.local.trainer import ppo_loss as local_ppo_loss
 from harness.estimators.mean_n import log_mean_prob
+from harness.estimators import rais
 from harness.estimators.rais import rais_ratio, router_shift_gamma
 
 from harness.backends.verl import translate
@@ -67,13 +68,13 @@ def test_rais_loss_in_verl_equals_local_backend(spec):
     gathered = gamma_from_router(router_new.gather(-1, topk), router_old.gather(-1, topk))
     torch.testing.assert_close(gathered, gamma)
     # and the context-variable route (no extra kwargs through verl's ppo_loss) gives the same loss
-    os.environ[translate.GAMMA_MIN_ENV] = "0.8"
+    os.environ[rais.GAMMA_MIN_ENV] = "0.8"
     try:
         with router_shift(gamma):
             loss2, _ = loss_fn(old_log_prob=logp_old, log_prob=logp_new, advantages=adv, response_mask=mask.bool(),
                                loss_agg_mode=actor.loss_agg_mode, config=actor)
     finally:
-        del os.environ[translate.GAMMA_MIN_ENV]
+        del os.environ[rais.GAMMA_MIN_ENV]
     torch.testing.assert_close(loss2, want)
     assert metrics["actor/rais_gamma_floor_frac"] > 0
 

@@ -21,6 +21,7 @@ import torch
 
 from harness.backends.local.trainer import ppo_loss as local_ppo_loss
 from harness.backends.verl import translate
+from harness.estimators import rais
 from harness.estimators.rais import rais_ratio, router_shift_gamma
 
 B, P, R = 4, 3, 6
@@ -38,8 +39,8 @@ def process_group(tmp_path):
 
 @pytest.fixture
 def rais_env(monkeypatch):
-    monkeypatch.setenv(translate.RAIS_ENV, "1")
-    monkeypatch.setenv(translate.GAMMA_MIN_ENV, "0.8")
+    monkeypatch.setenv(rais.RAIS_ENV, "1")
+    monkeypatch.setenv(rais.GAMMA_MIN_ENV, "0.8")
 
 
 def _engine(model, monkeypatch):
@@ -171,7 +172,7 @@ def test_patched_fsdp_forward_feeds_router_shift_to_the_rais_loss(spec, rais_env
     torch.testing.assert_close(torch.as_tensor(loss).double(), want, rtol=1e-4, atol=1e-6)
 
     # without the patch's gamma the loss refuses (plain vanilla PPO is never trained silently)
-    monkeypatch.delenv(translate.RAIS_ENV)
+    monkeypatch.delenv(rais.RAIS_ENV)
     with pytest.raises(RuntimeError, match="router"):
         type(eng).forward_step(eng, td, partial(ppo_loss, config=actor), False)
 

@@ -12,20 +12,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.config import ESTIMATORS, ConfigError
+from harness import estimators
+from harness.config import ConfigError
 
 from harness.backends.verl import translate
 from harness.tags import run_tags
 
-ESTIMATOR_ARGS = {
-    "rollout": [], "recompute": [], "tis": ["estimator.level=sequence"], "mis": [], "icepop": [], "r3": [],
-    "mean_n": ["estimator.n=4"], "rais": ["verl.experimental_rais=true"], "deterministic": [],
-}
+#: arguments beyond an estimator's defaults that a case needs (a registered estimator without an entry has none)
+EXTRA_ARGS = {"tis": ["estimator.level=sequence"], "mean_n": ["estimator.n=4"], "rais": ["verl.experimental_rais=true"]}
 MOE_FSDP = "model=qwen3_30b_a3b_fsdp"  # rais runs on the FSDP engine only
 MOE, DENSE = "model=qwen3_30b_a3b", "model=qwen3_4b"
 pytestmark = pytest.mark.filterwarnings("ignore:Disabled critic:UserWarning")
-# every estimator on the MoE/megatron preset; the dense/FSDP2 preset with one of each kind of mapping
-CASES = ([(e, MOE) for e in ESTIMATORS if e != "rais"] + [(e, MOE_FSDP) for e in ("rais", "mis", "deterministic")]
+MAPPED = [e for e in estimators.NAMES if estimators.get(e).verl is not None]
+# every mapped estimator on the MoE/megatron preset; the dense/FSDP2 preset with one of each kind of mapping
+CASES = ([(e, MOE) for e in MAPPED if e != "rais"] + [(e, MOE_FSDP) for e in ("rais", "mis", "deterministic")]
          + [(e, DENSE) for e in ("rollout", "recompute", "mis", "mean_n")])
 
 
@@ -57,34 +57,42 @@ def test_overrides_compose_with_verl_and_pass_its_validation(spec, estimator, mo
     from verl.trainer.ppo.core_algos import get_policy_loss_fn
     from verl.trainer.ppo.rollout_corr_helper import _parse_rollout_is_threshold
 
-    cfg = spec(f"estimator={estimator}", model, *ESTIMATOR_ARGS[estimator])
+    cfg = spec(f"estimator={estimator}", model, *EXTRA_ARGS.get(estimator, []))
     vc = translate.verl_config(cfg, commit="abc123", check=False)
     built = _verl_checks(vc)
     rc, actor, rollout = built["rc"], built["actor"], built["rollout"]
     a, r, tr = vc.actor_rollout_ref.actor, vc.actor_rollout_ref.rollout, cfg.trainer
 
-    # the estimator's own settings
-    assert rc.bypass_mode is (estimator in ("rollout", "deterministic", "mean_n"))
-    assert r.full_determinism is (estimator == "deterministic")
-    assert r.enable_rollout_routing_replay is (estimator == "r3")
+    # the estimator's own settings, as its module declares them (harness.estimators: needs, verl)
+    est = estimators.get(estimator)
+    mapping, needs = est.verl, est.needs
+    assert rc.bypass_mode is mapping.bypass
+    assert r.full_determinism is needs.deterministic
+    assert r.enable_rollout_routing_replay is needs.replay
     if a.strategy == "megatron":
-        assert a.megatron.router_replay.mode == ("R3" if estimator == "r3" else "disabled")
+        assert a.megatron.router_replay.mode == ("R3" if needs.replay else "disabled")
     assert get_policy_loss_fn(actor.policy_loss.loss_mode) is not None
-    assert actor.policy_loss.loss_mode == ("harness_rais" if estimator == "rais" else "vanilla")
+    assert actor.policy_loss.loss_mode == mapping.loss_mode
     assert r.agent.default_agent_loop in _agent_loop_registry
-    assert (r.agent.default_agent_loop == "harness_mean_n") is (estimator == "mean_n")
-    assert (r.agent.default_agent_loop == "harness_deterministic") is (estimator == "deterministic")
+    assert r.agent.default_agent_loop == (mapping.agent_loop or ("harness_deterministic" if needs.deterministic
+                                                                 else "single_turn_agent"))
     assert vc.trainer.use_v1 is False  # verl's legacy trainer: its denominator is the harness's (issue 14)
-    if estimator == "mean_n":
-        assert vc.harness.mean_n == 4
     if rc.rollout_is is not None:
         _parse_rollout_is_threshold(rc.rollout_is_threshold)
+    if not mapping.weighted:
+        assert rc.rollout_is is None and rc.rollout_rs is None
+    # the shipped mappings, pinned (bypass: pi_old from the rollout, no training forward)
+    assert rc.bypass_mode is (estimator in ("rollout", "deterministic", "mean_n"))
+    if estimator == "mean_n":
+        assert vc.harness.mean_n == 4 and r.agent.default_agent_loop == "harness_mean_n"
+    if estimator == "rais":
+        assert actor.policy_loss.loss_mode == "harness_rais"
+    if estimator == "r3":
+        assert r.enable_rollout_routing_replay and a.megatron.router_replay.mode == "R3"
     if estimator == "tis":
         assert (rc.rollout_is, rc.rollout_is_threshold, rc.rollout_rs) == ("sequence", 2.0, None)
     if estimator == "icepop":
         assert (rc.rollout_is, rc.rollout_is_threshold) == ("token", "0.5_5.0")
-    if estimator in ("rollout", "recompute", "r3", "mean_n", "rais", "deterministic"):
-        assert rc.rollout_is is None and rc.rollout_rs is None
 
     # the shared spec: GRPO batch geometry, sampler, loss
     assert vc.algorithm.adv_estimator == "grpo" and vc.algorithm.norm_adv_by_std_in_grpo
@@ -236,14 +244,25 @@ def test_gsm8k_preset_translates():
     assert vc.harness.exact_reward is True
 
 
-def test_an_estimator_without_a_mapping_fails_closed(spec, capsys, monkeypatch):
-    """rollout_correction() had no else-branch: an unmapped estimator trained as recompute."""
+def test_an_estimator_without_a_mapping_fails_closed(spec, monkeypatch):
+    """rollout_correction() had no else-branch: an unmapped estimator trained as recompute. Now an estimator
+    declaring ``verl = None`` is refused by the verl checks and by the translation (the toy estimator of
+    tests/estimators/test_toy_estimator.py checks the command line end to end)."""
+    from harness.backends.verl.config import validate as validate_verl
+    from harness.estimators.recompute import Recompute
+
+    unmapped = type("Unmapped", (Recompute,), {"name": "unmapped", "verl": None})
+    monkeypatch.setitem(estimators.REGISTRY, "unmapped", unmapped)
     cfg = spec("estimator=recompute", MOE)
-    cfg.estimator.name = "new_estimator"  # e.g. added to harness.config.ESTIMATORS, not to translate.py
-    with pytest.raises(ConfigError, match="new_estimator.*no verl mapping") as exc:
+    cfg.estimator.name = "unmapped"
+    for refuse in (validate_verl, translate.overrides, translate.environment):
+        with pytest.raises(ConfigError, match="'unmapped' has no verl mapping") as exc:
+            refuse(cfg)
+        assert exc.value.key == "estimator"
+    cfg.estimator.name = "not_registered"
+    with pytest.raises(ConfigError, match="not_registered"):
         translate.overrides(cfg)
-    assert exc.value.key == "estimator"
-    assert set(translate.MAPPED) == set(ESTIMATORS)  # every estimator of the harness is mapped today
+    assert MAPPED == list(estimators.NAMES)  # every shipped estimator is mapped today
 
 
 def test_megatron_recompute_and_cpu_adam_reach_verls_engine_config(spec):

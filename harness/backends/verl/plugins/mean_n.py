@@ -32,9 +32,7 @@ from uuid import uuid4
 
 import torch
 
-from harness.estimators.mean_n import log_mean_prob
-
-AGENT_LOOP_NAME = "harness_mean_n"
+from harness.estimators.mean_n import AGENT_LOOP as AGENT_LOOP_NAME, log_mean_prob
 SCORING_PARAMS = {"max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0, "detokenize": False}
 
 

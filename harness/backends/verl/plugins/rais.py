@@ -27,10 +27,7 @@ from typing import Any, Iterator, Optional
 
 import torch
 
-from harness.estimators.rais import rais_ratio, router_shift_gamma
-
-LOSS_NAME = "harness_rais"
-GAMMA_MIN_ENV = "HARNESS_RAIS_GAMMA_MIN"
+from harness.estimators.rais import GAMMA_MIN_ENV, LOSS_NAME, rais_ratio, router_shift_gamma
 _GAMMA: contextvars.ContextVar[Optional[torch.Tensor]] = contextvars.ContextVar("harness_rais_gamma", default=None)
 
 

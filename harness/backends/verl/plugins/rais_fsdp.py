@@ -32,8 +32,7 @@ from typing import Callable
 import torch
 
 from harness.backends.verl.plugins.rais import gamma_from_router, router_shift
-
-RAIS_ENV = "HARNESS_RAIS"
+from harness.estimators.rais import RAIS_ENV
 SAMPLE_ID = "harness_sample_id"
 
 
