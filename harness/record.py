@@ -1,4 +1,4 @@
-"""One run's bookkeeping, separate from its training loop: any loop (``harness.run.execute``, a
+"""One run's bookkeeping, separate from its training loop: any loop (``harness.backends.local.run.execute``, a
 seed-pack runner) drives one :class:`RunRecord` per run.
 
 A run's **identity** is (signature, seed, experiment, tracking URI) plus, once it exists, its MLflow
@@ -185,7 +185,7 @@ class RunRecord:
 
     def _summary_of(self, client, run):
         """The finished run's summary: the folder's if it is that run's, else the store's artifact."""
-        from harness.run import RunSummary
+        from harness.summary import RunSummary
 
         names = [f.name for f in fields(RunSummary)]
         local = _read_json(self.summary_path)

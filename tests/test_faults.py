@@ -92,11 +92,13 @@ def test_sweep_counts_a_run_finished_only_when_its_store_says_so(tmp_path):
     from launch_helpers import SWEEPS, where
 
     from harness.launch import sweep
+    from harness.launch.expand import validate
+    from harness.launch.spec import load_spec
 
     uri = f"sqlite:///{tmp_path}/sweep.db"
-    spec = sweep.load_spec(str(SWEEPS / "tiny.yaml"), ["launcher=local", "grid.estimator=[recompute]", "seeds=[0]",
+    spec = load_spec(str(SWEEPS / "tiny.yaml"), ["launcher=local", "grid.estimator=[recompute]", "seeds=[0]",
                                                        *where(tmp_path, uri, "stale")])
-    (run,) = sweep.validate(spec)
+    (run,) = validate(spec)
     run.cfg.run_dir.mkdir(parents=True)
     (run.cfg.run_dir / "summary.json").write_text('{"run_id": "gone", "status": "finished"}')
     assert [d.action for d in sweep.plan(spec, [run])] == ["submit"]

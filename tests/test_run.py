@@ -8,7 +8,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from harness import metrics as M
-from harness.config import ESTIMATORS, load
+from harness.config import load
+from harness.estimators import NAMES as ESTIMATORS
 from harness.run import execute
 
 CURVES = (M.REWARD_MEAN, M.MISMATCH_K3, M.POLICY_LOSS, M.IS_WEIGHT_MAX, M.NOISE_VAR_ROLLOUT)

@@ -1,1 +1,69 @@
-"""Backends: `local` (plain PyTorch engines) and `verl` (verl + vLLM on GPU clusters)."""
+"""The backend registry: a backend is *validate, run and command* (docs/design.md).
+
+    names()    -> ("local", "verl")
+    get(name)  -> Backend: validate(cfg), run(cfg, rerun=False), command(cfg) -> argv, job(cfg), ...
+
+Each backend declares itself once, as ``BACKEND`` in its package (``harness/backends/<name>/__init__.py``).
+The registry names those packages and imports one when it is first asked for (like an entry point), so
+neither importing the registry nor validating a spec loads torch or verl, and the core modules that
+validate specs (``harness.config``) do not depend on the modules that train them.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+if TYPE_CHECKING:  # pragma: no cover
+    from harness.config import RunConfig
+
+__all__ = ["Backend", "names", "get"]
+
+_PACKAGES = {"local": "harness.backends.local", "verl": "harness.backends.verl"}
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One backend.
+
+    ``validate(cfg)``: the backend's own checks of a spec (raises ``ConfigError`` naming the key).
+    ``run(cfg, rerun=False)``: train it in this process; a ``RunSummary`` (or None where the backend writes
+    its result elsewhere). ``command(cfg)``: the argv that runs it (what ``--dry-run`` prints), or None
+    where the backend has no command of its own (then ``--dry-run`` prints the resolved spec).
+    ``job(cfg, finished_after_ms)``: the submitit callable a launcher submits for one run;
+    ``pack(cfgs, finished_after_ms)``: one for several seeds of one spec (None: not packable).
+    ``plan(cfg) -> exit status``: ``--plan``'s resource estimate, or None.
+    ``launcher_problem(cfg, launcher, label) -> (key, message) | None``: whether a sweep's launcher
+    (``harness.launch.spec.LauncherConfig``) gives the run what it needs.
+    ``store_finishes``: a FINISHED run of the signature in the MLflow store marks the run done (else the
+    run folder's ``summary.json`` does: the backend's own process ends its MLflow run).
+    """
+
+    name: str
+    validate: Callable[["RunConfig"], None]
+    run: Callable[..., Any]
+    job: Callable[..., Any]
+    launcher_problem: Callable[..., Optional[tuple[str, str]]]
+    command: Optional[Callable[["RunConfig"], list[str]]] = None
+    pack: Optional[Callable[..., Any]] = None
+    plan: Optional[Callable[["RunConfig"], int]] = None
+    store_finishes: bool = True
+
+    @property
+    def packable(self) -> bool:
+        """Seeds of one spec may train together in one process (a seed pack)."""
+        return self.pack is not None
+
+
+def names() -> tuple[str, ...]:
+    """The registered backends' names."""
+    return tuple(_PACKAGES)
+
+
+def get(name: str) -> Backend:
+    """The backend called ``name``; a ``KeyError`` naming the allowed ones where there is none."""
+    if name not in _PACKAGES:
+        raise KeyError(f"unknown backend {name!r}; allowed: {', '.join(_PACKAGES)}")
+    backend = importlib.import_module(_PACKAGES[name]).BACKEND
+    assert backend.name == name, (name, backend.name)
+    return backend

@@ -7,7 +7,7 @@ the reward curve has collapsed (the report's own rule: ``analysis.measures.colla
 with the defaults of ``analysis.config``). The reward is the report's **final** reward
 (``harness.curves.final``: the mean of the last 10 logged rewards), the same number as the run line.
 Progress comes
-from MLflow (the run with the signature's ``spec_sig`` tag in the sweep's experiment). For an
+from MLflow (``harness.launch.progress``) (the run with the signature's ``spec_sig`` tag in the sweep's experiment). For an
 Optuna spec (a ``tune:`` block) it prints the study's trials instead.
 """
 from __future__ import annotations
@@ -15,9 +15,18 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import asdict, dataclass
-from typing import Any, Optional
+from typing import Optional
 
-from harness.launch.sweep import SUMMARY_FILE, JobsDB, SweepSpec, cli, load_spec, split_args, validate
+from analysis.config import AnalysisConfig
+from analysis.measures import collapse_onset_index
+from harness import curves
+from harness.launch.cli import cli, format_table, split_args
+from harness.launch.expand import validate
+from harness.launch.jobs import JobsDB, job_states
+from harness.launch.progress import mlflow_progress
+from harness.launch.spec import SweepSpec, load_spec
+from harness.record import SUMMARY_FILE
+
 
 USAGE = """usage: python -m harness.status SPEC.yaml [OVERRIDE ...] [--json]
 
@@ -39,43 +48,7 @@ class RunStatus:
     detail: str = ""
 
 
-def mlflow_progress(uri: str, experiment: str, sigs: list[str], window: int = 10) -> dict[str, dict[str, Any]]:
-    """``signature -> {run_id, rewards, losses, status}`` from the latest MLflow run with that spec_sig."""
-    from mlflow.tracking import MlflowClient
-
-    from harness import history, metrics as M
-
-    client = MlflowClient(tracking_uri=uri)
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        return {}
-    wanted, latest = set(sigs), {}
-    page = None
-    while True:
-        res = client.search_runs([exp.experiment_id], max_results=1000, page_token=page,
-                                 order_by=["attributes.start_time DESC"])
-        for r in res:
-            sig = r.data.tags.get("spec_sig")
-            if sig in wanted and sig not in latest:
-                latest[sig] = r
-        page = res.token
-        if not page:
-            break
-    out = {}
-    for sig, r in latest.items():
-        rew = history.read(client, r.info.run_id, M.REWARD_MEAN)
-        loss = history.read(client, r.info.run_id, M.POLICY_LOSS)
-        out[sig] = {"run_id": r.info.run_id, "rewards": rew.values, "steps": rew.steps, "losses": loss.values, "status": r.data.tags.get("status", r.info.status),
-                    "tags": dict(r.data.tags)}
-    return out
-
-
 def sweep_status(spec: SweepSpec) -> list[RunStatus]:
-    from harness.launch.executors import job_states
-    from analysis.config import AnalysisConfig
-    from analysis.measures import collapse_onset_index
-    from harness import curves
-
     runs = validate(spec)
     db = JobsDB(spec.sweep_dir)
     states = job_states(list(db.runs.values()))
@@ -117,12 +90,6 @@ def sweep_status(spec: SweepSpec) -> list[RunStatus]:
     return rows
 
 
-def format_table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
-
-
 def print_status(spec: SweepSpec, rows: list[RunStatus], out=None) -> None:
     out = sys.stdout if out is None else out
     header = ["run", "signature", "job", "state", "step", "final reward", "collapsed?"]
@@ -149,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         path, overrides, opts = split_args(argv, ("--json",), USAGE)
         spec = load_spec(path, overrides)
         if spec.tune is not None:
-            from harness.launch.tune import report
+            from harness.launch.tune.report import report
 
             report(spec, plots=False, as_json="--json" in opts)
             return 0

@@ -1,7 +1,8 @@
 """Write tests/golden/signatures.json (or argv[1]): the spec signature of every run of every shipped sweep and
 of each estimator's default spec. Run from the repository root."""
 import json, glob, sys
-from harness.launch.sweep import load_spec, validate
+from harness.launch.expand import validate
+from harness.launch.spec import load_spec
 from harness.config import load
 out = {}
 for path in sorted(glob.glob("sweeps/*.yaml")):

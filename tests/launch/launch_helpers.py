@@ -19,8 +19,7 @@ def where(root: Path, uri: str, name: str) -> list[str]:
 
 def wait_sweep(spec, timeout: float = 240.0, cluster=None) -> None:
     """Until no job recorded for the sweep is pending/running; fail with the job logs on timeout."""
-    from harness.launch.executors import job_states
-    from harness.launch.sweep import JobsDB
+    from harness.launch.jobs import JobsDB, job_states
 
     t0 = time.time()
     while time.time() - t0 < timeout:

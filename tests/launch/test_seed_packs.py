@@ -3,20 +3,22 @@ from __future__ import annotations
 
 import json
 
-from harness.launch import executors, status, sweep
-from harness.launch.sweep import JobsDB, SweepError, load_spec
+from harness.launch import status, submit, sweep
+from harness.launch.expand import validate
+from harness.launch.jobs import JobsDB
+from harness.launch.spec import SweepError, load_spec
 
 from launch_helpers import SWEEPS, wait_sweep, where
 
 
 def test_seed_packs_group_seeds_of_one_spec_only():
     spec = load_spec(str(SWEEPS / "tiny.yaml"), [])
-    cfgs = [r.cfg for r in sweep.validate(spec)]  # 2 estimators x 2 seeds
-    packs = executors.seed_packs(cfgs, 2)
+    cfgs = [r.cfg for r in validate(spec)]  # 2 estimators x 2 seeds
+    packs = submit.seed_packs(cfgs, 2)
     assert sorted(len(p) for p in packs) == [2, 2]
     for p in packs:
         assert len({cfgs[i].group_signature for i in p}) == 1 and len({cfgs[i].seed for i in p}) == 2
-    assert executors.seed_packs(cfgs, 1) == [[i] for i in range(len(cfgs))]
+    assert submit.seed_packs(cfgs, 1) == [[i] for i in range(len(cfgs))]
 
 
 def test_seeds_per_job_must_be_a_positive_integer():
@@ -43,7 +45,7 @@ def test_a_packed_local_sweep_runs_each_seed_as_its_own_run(store, capsys):
 
 
 def test_ablation20_is_every_estimator_times_twenty_seeds_in_packs_of_five():
-    from harness.config import ESTIMATORS
+    from harness.estimators import NAMES as ESTIMATORS
 
     spec = load_spec(str(SWEEPS / "ablation20.yaml"), [])
     assert sorted(spec.grid["estimator"]) == sorted(ESTIMATORS) and spec.seeds == list(range(20))

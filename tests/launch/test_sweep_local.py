@@ -4,7 +4,10 @@ from __future__ import annotations
 import json
 
 from harness.launch import status, sweep
-from harness.launch.sweep import JobsDB, load_spec
+from harness.launch.expand import build_run, validate
+from harness.launch.jobs import JobsDB
+from harness.launch.progress import prepare_tracking
+from harness.launch.spec import load_spec
 
 from launch_helpers import SWEEPS, wait_sweep, where
 
@@ -39,7 +42,7 @@ def test_rerun_forces_a_finished_run_from_scratch(store, capsys):
     spec = load_spec(args[0], args[1:])
     assert sweep.main(args) == 0
     wait_sweep(spec, timeout=180)
-    (run,) = sweep.validate(spec)
+    (run,) = validate(spec)
     first = json.loads((run.cfg.run_dir / "summary.json").read_text())
     assert sweep.main(args + ["--rerun"]) == 0
     assert "1 to submit" in capsys.readouterr().out
@@ -58,13 +61,15 @@ def test_requeued_trial_job_takes_back_its_trial(store):
     import optuna
     from optuna.trial import TrialState
 
-    from harness.launch.tune import TrialJob, open_storage, open_study, parse_tune, validate_tune
+    from harness.launch.tune.spec import parse_tune, validate_tune
+    from harness.launch.tune.study import open_storage, open_study
+    from harness.launch.tune.trial import TrialJob
 
     root, uri = store
     spec = load_spec(SWEEPS / "tiny_tune.yaml", where(root, uri, "requeued_trial"))
     tc = parse_tune(spec)
     study = open_study(spec, tc, validate_tune(spec, tc))
-    sweep.prepare_tracking(spec, sweep.build_run(spec, spec.base))
+    prepare_tracking(spec, build_run(spec, spec.base))
     # what the first incarnation of slot 0 did before it was killed
     t = study.ask()
     t.set_user_attr("slot", 0)

@@ -14,9 +14,11 @@ from mlflow.tracking import MlflowClient
 
 from harness.config import ROOT
 from harness.launch import status, sweep
-from harness.launch.executors import job_states
-from harness.launch.status import mlflow_progress
-from harness.launch.sweep import JobsDB, load_spec, submit_sweep, validate
+from harness.launch.expand import validate
+from harness.launch.jobs import JobsDB, job_states
+from harness.launch.progress import mlflow_progress
+from harness.launch.spec import load_spec
+from harness.launch.sweep import submit_sweep
 from launch_helpers import SWEEPS, job_logs, squeue_ids, wait_sweep, where
 
 

@@ -12,10 +12,12 @@ import pytest
 import yaml
 
 from analysis import measures as analysis_measures
-from harness.config import ESTIMATORS, ROOT
-from harness.launch import tune
+from harness.config import ROOT
+from harness.estimators import NAMES as ESTIMATORS
+from harness.launch.tune import objective, report
 from harness.launch.cluster import slurm_ready
-from harness.launch.sweep import SweepError, hydra_value, load_spec, parse_spec, validate
+from harness.launch.expand import validate
+from harness.launch.spec import SweepError, hydra_value, load_spec, parse_spec
 
 SWEEPS = ROOT / "sweeps"
 
@@ -61,7 +63,7 @@ def test_tis_grid_is_c_times_level_times_seeds():
 
 
 def test_tune_specs_validate():
-    from harness.launch.tune import parse_tune, validate_tune
+    from harness.launch.tune.spec import parse_tune, validate_tune
 
     for name in ("tis_clip", "tiny_tune"):
         spec = load_spec(SWEEPS / f"{name}.yaml")
@@ -90,7 +92,7 @@ def test_cli_overrides():
 
 
 def test_slurm_parameters_from_the_spec():
-    from harness.launch.executors import slurm_parameters
+    from harness.launch.submit import slurm_parameters
 
     spec = load_spec(SWEEPS / "ablation.yaml", ["launcher=slurm", "launcher.partition=gpu", "launcher.gpus_per_node=2",
                                                 "launcher.nodes=2", "launcher.additional={reservation: rl}"])
@@ -144,7 +146,7 @@ def test_cli_exit_code_2_and_nothing_written(tmp_path):
 
 
 def test_bad_tune_bounds_are_refused(tmp_path):
-    from harness.launch.tune import parse_tune, validate_tune
+    from harness.launch.tune.spec import parse_tune, validate_tune
 
     data = yaml.safe_load((SWEEPS / "tiny_tune.yaml").read_text())
     data["tune"]["params"]["estimator.clip_c"]["low"] = 0.5
@@ -159,7 +161,8 @@ def test_bad_tune_bounds_are_refused(tmp_path):
 
 def test_tune_objective_is_pre_registered(tmp_path):
     """The objective, space and base run are stored in the study: a spec that changes them cannot add trials."""
-    from harness.launch.tune import open_study, parse_tune, validate_tune
+    from harness.launch.tune.spec import parse_tune, validate_tune
+    from harness.launch.tune.study import open_study
 
     spec = load_spec(SWEEPS / "tiny_tune.yaml", [f"runs_dir={tmp_path}"])
     tc = parse_tune(spec)
@@ -188,26 +191,26 @@ def test_duplicate_runs_run_once(tmp_path):
 # ------------------------------------------------------------------------------ the tune objective
 def test_objective_tail_mean_and_collapse():
     """The objective calls the report's collapse rule (analysis.measures), not a copy of it."""
-    obj = tune.Objective(tail_frac=0.2, window=1)
+    obj = objective.Objective(tail_frac=0.2, window=1)
     flat = [0.5] * 8 + [0.8, 0.8]
-    assert tune.score(flat, 10, obj)[0] == pytest.approx(0.8)
+    assert objective.score(flat, 10, obj)[0] == pytest.approx(0.8)
     rng = np.random.default_rng(0)
     up = list(np.clip(np.r_[np.linspace(0.2, 0.8, 40), np.full(60, 0.8)] + rng.normal(0, 0.02, 100), 0, 1))
     collapsed = up + list(0.3 + rng.normal(0, 0.02, 20))  # 120 steps, onset at 100, tail = steps 96..119
-    value, onset = tune.score(collapsed, 120, obj)
+    value, onset = objective.score(collapsed, 120, obj)
     assert onset is not None and abs(onset - 100) <= 2 and value == pytest.approx(0.3, abs=0.02)
     assert onset == analysis_measures.collapse_onset_index(collapsed, obj.analysis_config)
-    value, onset = tune.score(up, 100, obj)
+    value, onset = objective.score(up, 100, obj)
     assert onset is None and value == pytest.approx(0.8, abs=0.02)
-    assert tune.score(flat, 10, obj, diverged=True)[0] == 0.0
-    assert tune.score(up, 100, obj, losses=[0.0] * 50 + [math.nan] * 50) == (0.0, 50)
+    assert objective.score(flat, 10, obj, diverged=True)[0] == 0.0
+    assert objective.score(up, 100, obj, losses=[0.0] * 50 + [math.nan] * 50) == (0.0, 50)
 
 
 def test_objective_rejects_bad_keys():
     with pytest.raises(SweepError, match="tune.objective.delta_abs: unknown key"):
-        tune.Objective.from_dict({"delta_abs": 0.1})
+        objective.Objective.from_dict({"delta_abs": 0.1})
     with pytest.raises(SweepError, match="collapse_gain_frac"):
-        tune.Objective.from_dict({"collapse_gain_frac": 2.0})
+        objective.Objective.from_dict({"collapse_gain_frac": 2.0})
 
 
 # ------------------------------------------------------------------------------ no Slurm
@@ -218,13 +221,14 @@ def test_slurm_absent_gives_a_clear_reason():
 
 
 def test_submitting_to_slurm_without_tools_fails_clearly(tmp_path, monkeypatch):
-    from harness.launch import executors
-    from harness.launch.executors import SubmissionError
+    from harness.backends.local.jobs import RunJob
+    from harness.launch import submit
+    from harness.launch.submit import SubmissionError
 
     monkeypatch.setenv("PATH", "/nonexistent")
     spec = load_spec(SWEEPS / "tiny.yaml", ["launcher=slurm", f"runs_dir={tmp_path}"])
     with pytest.raises(SubmissionError, match="Slurm client tools not found"):
-        executors.submit(spec, [executors.RunJob({})])
+        submit.submit(spec, [RunJob({})])
 
 
 def test_slurm_tests_skip_with_the_reason_when_tools_are_absent(tmp_path):
@@ -256,7 +260,9 @@ def test_tune_plots_name_the_objective(tmp_path, monkeypatch):
     study.optimize(lambda t: t.suggest_float("estimator.clip_c", 1.1, 20.0, log=True), n_trials=4)
     labels = []
     monkeypatch.setattr(plt, "close", lambda fig: labels.extend(a.get_ylabel() for a in fig.axes))
-    params = [tune.ParamSpec("estimator.clip_c", low=1.1, high=20.0, log=True)]
-    paths = tune.save_plots(study, tmp_path, params, tune.Objective())
+    from harness.launch.tune.spec import ParamSpec
+
+    params = [ParamSpec("estimator.clip_c", low=1.1, high=20.0, log=True)]
+    paths = report.save_plots(study, tmp_path, params, objective.Objective())
     assert len(paths) == 2 and labels
     assert "Objective Value" not in labels and sum("tail_mean" in lab and "last 20%" in lab for lab in labels) == 2, labels

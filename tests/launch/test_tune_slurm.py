@@ -7,9 +7,10 @@ import optuna
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from harness.launch import tune
-from harness.launch.sweep import load_spec
-from harness.launch.tune import open_storage, parse_tune
+from harness.launch.spec import load_spec
+from harness.launch.tune import cli as tune
+from harness.launch.tune.spec import parse_tune
+from harness.launch.tune.study import open_storage
 from launch_helpers import SWEEPS, where
 
 

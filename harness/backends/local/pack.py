@@ -1,6 +1,6 @@
 """Seed packs: train S seeds of one spec in one process (``PackTrainer``), each seed an ordinary run.
 
-``execute_pack(cfgs)`` is ``harness.run.execute`` for several seeds of one spec: every seed has its
+``execute_pack(cfgs)`` is ``harness.backends.local.run.execute`` for several seeds of one spec: every seed has its
 own :class:`harness.record.RunRecord` (folder, identity, store lookup, MLflow run, checkpoint,
 summary), exactly as if it ran alone. Seeds already finished in the store return their summary;
 the others train together, resuming each from its own checkpoint (seeds checkpointed at different
@@ -28,7 +28,7 @@ def execute_pack(cfgs: list[RunConfig], rerun: bool = False, tags: dict[str, str
     import torch
 
     from harness.record import RunRecord
-    from harness.run import _device
+    from harness.backends.local.run import device_of
 
     if len({c.group_signature for c in cfgs}) != 1:
         raise ValueError("a seed pack trains seeds of one spec (the same signature without the seed)")
@@ -43,7 +43,7 @@ def execute_pack(cfgs: list[RunConfig], rerun: bool = False, tags: dict[str, str
             by_step.setdefault(rec.state["trainer"]["step"] if rec.state is not None else 0, []).append(i)
     if by_step:
         torch.set_num_threads(cfgs[0].backend.threads)
-        device = _device(cfgs[0])
+        device = device_of(cfgs[0])
         for idx in by_step.values():
             summaries.update(zip(idx, _train([records[i] for i in idx], device)))
     return [summaries[i] for i in range(len(cfgs))]
@@ -55,7 +55,7 @@ def _train(records: list, device) -> list:
     from harness import metrics as M
     from harness.backends.local.trainer import PackTrainer
     from harness.record import Interrupted
-    from harness.run import RunSummary, flat
+    from harness.summary import RunSummary, flat
     from harness.tags import run_tags
 
     cfgs = [r.cfg for r in records]

@@ -1,8 +1,12 @@
 """The verl backend: the same estimators in verl (+ vLLM rollout) on GPU clusters.
 
+``BACKEND`` declares it to the registry (``harness.backends``):
+
+    validate(cfg)         -> the verl checks (config.validate: GPUs, batch sizes, tasks, estimator mapping)
     command(cfg)          -> argv of ``env ... python -m verl.trainer.main_ppo <overrides>`` (--dry-run)
     print_plan(cfg)       -> the per-GPU memory estimate (--plan; memory.py)
-    train(cfg, tracker)   -> runs it for real: GPU/vLLM/data checks, the MLflow run (tags, spec,
+    job(cfg)              -> the launcher's per-node job (launch.VerlJob: Ray head + workers)
+    run(cfg) / train(cfg, tracker) -> runs it for real: GPU/vLLM/data checks, the MLflow run (tags, spec,
                              resume), then verl as a subprocess; multi-node runs through launch.py
 
 verl's legacy trainer runs (``trainer.use_v1=false``; docs/verl.md, "Which trainer").
@@ -14,13 +18,22 @@ neither verl nor harness.config (harness.config imports VerlConfig from here).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Optional
+
+from harness.backends import Backend
 
 if TYPE_CHECKING:  # pragma: no cover
     from harness.config import RunConfig
     from harness.tracking import Tracker
 
-__all__ = ["command", "train", "print_plan"]
+__all__ = ["BACKEND", "validate", "command", "train", "run", "job", "print_plan"]
+
+
+def validate(cfg: "RunConfig") -> None:
+    """The verl checks (``harness.backends.verl.config.validate``)."""
+    from harness.backends.verl.config import validate as _validate
+
+    _validate(cfg)
 
 
 def command(cfg: "RunConfig") -> list[str]:
@@ -46,3 +59,33 @@ def print_plan(cfg: "RunConfig") -> int:
     p = plan(cfg)
     print(p.text())
     return 0 if p.fits else 1
+
+
+def run(cfg: "RunConfig", rerun: bool = False) -> None:
+    """``python -m harness.run`` on this machine: ``train`` (verl ends its own MLflow run; no summary here)."""
+    train(cfg)
+
+
+def job(cfg: "RunConfig", finished_after_ms: int = 0):
+    """The launcher's job: one task per node (``harness.backends.verl.launch.VerlJob``)."""
+    from harness.backends.verl.launch import VerlJob
+
+    return VerlJob(cfg.to_dict())
+
+
+def launcher_problem(cfg: "RunConfig", lc: Any, label: str) -> Optional[tuple[str, str]]:
+    """Slurm: exactly ``verl.nnodes`` nodes x ``verl.gpus_per_node`` GPUs, one task per node; the local
+    launcher: one node."""
+    v = cfg.verl
+    if lc.name == "slurm":
+        for key, want in (("nodes", v.nnodes), ("gpus_per_node", v.gpus_per_node), ("tasks_per_node", 1)):
+            if getattr(lc, key) != want:
+                return (f"launcher.{key}", f"launcher.{key}: {label} is a verl run on {v.nnodes} node(s) x "
+                        f"{v.gpus_per_node} GPUs (one task per node): set launcher.{key}={want}, not {getattr(lc, key)}")
+    elif v.nnodes > 1:
+        return "launcher", f"launcher: {label} is a verl run on {v.nnodes} nodes; use launcher=slurm"
+    return None
+
+
+BACKEND = Backend(name="verl", validate=validate, run=run, job=job, launcher_problem=launcher_problem,
+                  command=command, plan=print_plan, store_finishes=False)

@@ -1,0 +1,104 @@
+"""The local backend's training loop: ``execute(cfg)`` trains (or resumes, from ``run_dir/checkpoint.pt``,
+into the same MLflow run, or returns the finished result of) one run and returns its ``RunSummary``.
+``python -m harness.run`` and the launchers' jobs call it (through ``harness.backends.get("local").run``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from harness.config import ConfigError, RunConfig
+from harness.summary import RunSummary, flat
+from harness.tags import run_tags
+
+
+def device_of(cfg: RunConfig):
+    import torch
+
+    if cfg.backend.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if cfg.backend.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("backend.device", "cuda requested but no CUDA device is available; allowed here: cpu, auto")
+    return torch.device(cfg.backend.device)
+
+
+def execute(cfg: RunConfig, on_step: Callable[[int, dict[str, float]], bool] | None = None, rerun: bool = False,
+            tags: dict[str, str] | None = None, progress: bool = True, finished_after_ms: int = 0) -> RunSummary:
+    """Train (or resume, or return the finished result of) the run ``cfg``.
+
+    The bookkeeping (identity of folder, checkpoint and summary; the store lookup; the MLflow run's
+    start and end; checkpoints) is :class:`harness.record.RunRecord`'s; this is the training loop.
+    ``rerun``: set the folder's files aside and train again even if the store has it finished;
+    ``finished_after_ms``: only a FINISHED run started at or after this time counts (a sweep's --rerun).
+    """
+    import torch
+    import yaml
+    from tqdm import tqdm
+
+    from harness import metrics as M
+    from harness.backends.local.trainer import LocalTrainer
+    from harness.record import Interrupted, RunRecord
+
+    record = RunRecord(cfg, rerun=rerun, finished_after_ms=finished_after_ms, tags=tags)
+    done = record.prepare()  # store, folder, identity, store lookup, checkpoint: seconds, before the warm start
+    if done is not None:
+        return done
+    torch.set_num_threads(cfg.backend.threads)
+    torch.manual_seed(cfg.seed)
+    device = device_of(cfg)
+
+    trainer = LocalTrainer(cfg, device)
+    state = record.state
+    if state is not None:
+        trainer.load_state_dict(state["trainer"])
+        rewards = state["rewards"]
+    else:
+        rewards = []
+    tracker = record.start(run_tags(cfg), {**flat(cfg.to_dict()), "warmstart.steps": trainer.warmstart["steps"],
+                                           "warmstart.reward": trainer.warmstart["reward"]},
+                           yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    logged = tracker.last_logged_step(M.REWARD_MEAN) if state is not None else -1
+
+    def save_checkpoint() -> None:
+        record.save_checkpoint(trainer.state_dict(), {"rewards": rewards})
+
+    status, times = "finished", []
+    bar = tqdm(total=cfg.trainer.steps, initial=trainer.step, desc=cfg.estimator.name, disable=not progress,
+               dynamic_ncols=True, leave=False)
+    try:
+        with record.loop():
+            while trainer.step < cfg.trainer.steps:
+                step = trainer.step
+                values = trainer.run_step()
+                rewards.append(values[M.REWARD_MEAN])
+                times.append(values[M.TIME_STEP])
+                if step > logged:  # a resumed run recomputes identical steps; log each once
+                    tracker.log_step(step, values)
+                bar.update(1)
+                bar.set_postfix(reward=f"{values[M.REWARD_MEAN]:.3f}", k3=f"{values[M.MISMATCH_K3]:.1e}")
+                if not math.isfinite(values[M.POLICY_LOSS]):
+                    status = "diverged"
+                    break
+                if on_step is not None and on_step(step, values):
+                    status = "pruned"
+                    break
+                every = cfg.trainer.checkpoint_every
+                if every and (trainer.step % every == 0 or record.stop_signal is not None):
+                    save_checkpoint()
+                if record.stop_signal is not None:  # SIGINT/SIGTERM: stop after this step
+                    where = (f"checkpoint {record.checkpoint_path} at step {trainer.step} (the same command resumes)"
+                             if every else "no checkpoint (trainer.checkpoint_every=0): a rerun starts over")
+                    raise Interrupted(record.stop_signal, f"MLflow run {tracker.run_id} ended KILLED; {where}")
+    except BaseException as exc:
+        record.end(exc)
+        raise
+    finally:
+        bar.close()
+
+    try:
+        summary = RunSummary.of(tracker.run_id, cfg, status, trainer.step, rewards, times)
+    except BaseException as exc:
+        record.end(exc)
+        raise
+    record.finish(summary, summary.metrics())
+    return summary

@@ -1,0 +1,95 @@
+"""The sweep's MLflow store, as launch reads it (one reader, ``harness.history`` underneath).
+
+``prepare_tracking``: the store and experiment exist before jobs race to create them;
+``finished_in_store``: which runs are done; ``mlflow_progress``: each run's reward and loss curves so far
+(the latest run with the signature's ``spec_sig`` tag); ``run_history``: one run's curves by run id.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from harness import backends
+from harness.launch.spec import SweepError, SweepSpec
+from harness.launch.submit import SubmissionError
+from harness.record import SUMMARY_FILE
+
+if TYPE_CHECKING:  # pragma: no cover
+    from harness.config import RunConfig
+
+
+def prepare_tracking(spec: SweepSpec, cfg: RunConfig) -> None:
+    """Create the MLflow store and the sweep's experiment once, before jobs race to do it."""
+    from harness.tracking import client_for, experiment_id
+
+    uri = cfg.tracking_uri
+    try:
+        experiment_id(client_for(uri), spec.experiment, uri)
+    except Exception as exc:  # noqa: BLE001
+        raise SweepError(f"tracking_uri: cannot reach the MLflow store {uri!r}: {exc}", key="tracking_uri") from None
+
+
+def finished_in_store(spec: SweepSpec, runs: list) -> set[str]:
+    """Signatures finished in the sweep's store (one query), for backends whose runs the store
+    finishes (``store_finishes``: local); a verl run is finished when its folder holds ``summary.json``
+    (its MLflow run is ended by verl)."""
+    from harness import store
+    from harness.tracking import TrackingError
+
+    if not runs:
+        return set()
+    uri = runs[0].cfg.tracking_uri
+    try:
+        store.check(uri)
+        done = store.finished_signatures(uri, spec.experiment)
+    except TrackingError as exc:
+        raise SubmissionError(str(exc)) from None
+    return {r.signature for r in runs if (r.signature in done if backends.get(r.cfg.backend.name).store_finishes
+                                           else (r.cfg.run_dir / SUMMARY_FILE).exists())}
+
+
+def mlflow_progress(uri: str, experiment: str, sigs: list[str], window: int = 10) -> dict[str, dict[str, Any]]:
+    """``signature -> {run_id, rewards, losses, status}`` from the latest MLflow run with that spec_sig."""
+    from mlflow.tracking import MlflowClient
+
+    from harness import history, metrics as M
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return {}
+    wanted, latest = set(sigs), {}
+    page = None
+    while True:
+        res = client.search_runs([exp.experiment_id], max_results=1000, page_token=page,
+                                 order_by=["attributes.start_time DESC"])
+        for r in res:
+            sig = r.data.tags.get("spec_sig")
+            if sig in wanted and sig not in latest:
+                latest[sig] = r
+        page = res.token
+        if not page:
+            break
+    out = {}
+    for sig, r in latest.items():
+        rew = history.read(client, r.info.run_id, M.REWARD_MEAN)
+        loss = history.read(client, r.info.run_id, M.POLICY_LOSS)
+        out[sig] = {"run_id": r.info.run_id, "rewards": rew.values, "steps": rew.steps, "losses": loss.values, "status": r.data.tags.get("status", r.info.status),
+                    "tags": dict(r.data.tags)}
+    return out
+
+
+def run_history(uri: str, run_id: str) -> dict[str, list[float]]:
+    """``{rewards, losses}`` of one MLflow run."""
+    from mlflow.tracking import MlflowClient
+
+    from harness import history, metrics as M
+
+    client = MlflowClient(tracking_uri=uri)
+    return {"rewards": history.read(client, run_id, M.REWARD_MEAN).values,
+            "losses": history.read(client, run_id, M.POLICY_LOSS).values}
+
+
+def logged_rewards(cfg, experiment: str) -> dict[int, float]:
+    """``step -> reward`` logged so far by the latest run of ``cfg``'s signature (a resumed trial's past)."""
+    p = mlflow_progress(cfg.tracking_uri, experiment, [cfg.signature]).get(cfg.signature)
+    return dict(zip(p["steps"], p["rewards"])) if p else {}
