@@ -128,6 +128,7 @@ TOY = '''
 '''
 TRAIN = '''
     import torch
+    torch.set_num_threads(1)
     from harness import tasks
     from harness.config import load
     from harness.backends.local.trainer import LocalTrainer
