@@ -51,8 +51,7 @@ from analysis.palette import Palette
 from harness import estimators
 from harness.config import load
 print(json.dumps({"names": estimators.NAMES, "label": estimators.label("toy", {"scale": 0.5}),
-                  "colour": Palette([("toy(scale=0.5)", "toy", "")])["toy(scale=0.5)"].colour,
-                  "unknown_colour": Palette([])["not a label"].colour,
+                  "styled": "toy(scale=0.5)" in Palette([("toy(scale=0.5)", "toy", "")]),
                   "sig_recompute": load(["estimator=recompute"]).signature,
                   "sig_toy": load(["estimator=toy"]).signature}))
 """
@@ -104,6 +103,6 @@ def test_a_toy_estimator_is_one_module_and_one_yaml(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     probe = json.loads(res.stdout)
     assert probe["names"][-1] == "toy" and "recompute" in probe["names"]
-    assert probe["label"] == "toy(scale=0.5)" and probe["colour"] != probe["unknown_colour"]
+    assert probe["label"] == "toy(scale=0.5)" and probe["styled"]
     assert probe["sig_recompute"] == load(["estimator=recompute"]).signature
     assert probe["sig_toy"] != probe["sig_recompute"]
