@@ -2,7 +2,10 @@
 scored by its own text reward, and a new task is one module plus one YAML file."""
 from __future__ import annotations
 
+import json
+import os
 import random
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -15,6 +18,7 @@ import yaml
 from harness import tasks
 from harness.backends.local.model import VOCAB_SIZE
 from harness.backends.verl import data
+from harness.config import load
 from harness.tasks.base import MARKER
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,36 +130,53 @@ TOY = '''
                              prompt_len=lambda length: length + 2, answer_len=lambda length: length,
                              sample=sample, reward=digit_reward))
 '''
-TRAIN = '''
-    import torch
-    torch.set_num_threads(1)
-    from harness import tasks
-    from harness.config import load
-    from harness.backends.local.trainer import LocalTrainer
-    assert "reverse" in tasks.names("local") and "reverse" not in tasks.names("verl")
-    cfg = load(["task=reverse", "trainer.steps=2", "trainer.prompts_per_step=4", "trainer.group_size=4",
-                "trainer.num_minibatches=2", "task.warmstart.max_steps=2", "task.warmstart.batch_size=8",
-                "diagnostics.noise_passes=2", "diagnostics.noise_sequences=4"])
-    tr = LocalTrainer(cfg, torch.device("cpu"))
-    steps = [tr.run_step() for _ in range(cfg.trainer.steps)]
-    prompts, answers = tr.task.sample(2, torch.Generator().manual_seed(0))
-    assert torch.equal(prompts[:, 1:-1].flip(-1), answers)
-    print("trained", cfg.task.name, len(steps), steps[-1]["reward/mean"])
-'''
+TINY = ["trainer.steps=2", "trainer.prompts_per_step=4", "trainer.group_size=4", "trainer.num_minibatches=2",
+        "task.warmstart.max_steps=3", "task.warmstart.batch_size=8", "diagnostics.noise_sequences=4"]
+PROBE = """
+import json, torch
+from harness import tasks
+from harness.backends.local.tasks import Task
+from harness.config import load
+prompts, answers = Task(load(["task=reverse"]).task).sample(4, torch.Generator().manual_seed(0))
+print(json.dumps({"local": tasks.names("local"), "verl": tasks.names("verl"),
+                  "reversed": torch.equal(prompts[:, 1:-1].flip(-1), answers),
+                  "sig_sort": load(["task=sort"]).signature}))
+"""
 
 
 def test_a_new_task_is_one_module_and_one_yaml(tmp_path):
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, check=True,
-                           capture_output=True, text=True).stdout.split()
+    """In a copy of the repository (its tracked and unignored files), ``harness/tasks/reverse.py`` and
+    ``experiments/task/reverse.yaml`` are written and nothing else is edited: the copy's harness trains it 2
+    tiny steps, refuses it on verl and in the verl data CLI (exit 2 naming it), and no signature moves."""
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
+                           check=True, capture_output=True, text=True).stdout.split("\0")
     repo = tmp_path / "repo"
-    for f in files:
-        if (ROOT / f).is_file():
-            (repo / f).parent.mkdir(parents=True, exist_ok=True)
-            (repo / f).write_bytes((ROOT / f).read_bytes())
+    for rel in files:
+        if rel and not rel.startswith((".venv/", "mlruns", "runs/")) and (ROOT / rel).is_file():
+            (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, repo / rel)
+    assert not (repo / "harness" / "tasks" / "reverse.py").exists()
     (repo / "harness" / "tasks" / "reverse.py").write_text(textwrap.dedent(TOY))
     (repo / "experiments" / "task" / "reverse.yaml").write_text(
         (ROOT / "experiments" / "task" / "sort.yaml").read_text().replace("name: sort", "name: reverse"))
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(TRAIN)], cwd=repo, capture_output=True, text=True,
-                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(repo), "HOME": str(tmp_path)})
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.startswith("trained reverse 2 ")
+    env = {**os.environ, "PYTHONPATH": str(repo), "MLFLOW_ENABLE_ASYNC_LOGGING": "false"}
+    store = f"tracking.uri=sqlite:///{tmp_path}/mlruns.db"
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, *args], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+
+    res = run("-m", "harness.run", "task=reverse", *TINY, store, f"out_dir={tmp_path}/reverse")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "finished after 2 steps" in res.stdout.strip().splitlines()[-1], res.stdout
+
+    res = run("-m", "harness.run", "backend=verl", "task=reverse", "model=qwen3_30b_a3b", "trainer.lr=1e-6", store,
+              "--dry-run")
+    assert res.returncode == 2 and res.stderr.startswith("error: task:") and "'reverse'" in res.stderr, res.stderr
+    res = run("-m", "harness.backends.verl.data", "reverse", "--root", str(tmp_path / "data"))
+    assert res.returncode == 2 and "'reverse'" in res.stderr and not (tmp_path / "data").exists(), res.stderr
+
+    res = run("-c", PROBE)
+    assert res.returncode == 0, res.stderr[-3000:]
+    probe = json.loads(res.stdout)
+    assert probe["local"] == ["addition", "reverse", "sort"] and "reverse" not in probe["verl"] and probe["reversed"]
+    assert probe["sig_sort"] == load(["task=sort"]).signature
