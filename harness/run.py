@@ -13,7 +13,7 @@ import sys
 
 from harness import backends
 from harness.backends.local.run import execute
-from harness.config import ConfigError
+from harness.errors import ConfigError
 from harness.summary import RunSummary, flat, summary_rewards
 
 __all__ = ["main", "usage", "execute", "RunSummary", "flat", "summary_rewards"]

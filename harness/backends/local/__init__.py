@@ -15,12 +15,15 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def validate(cfg: "RunConfig") -> None:
-    """The local backend generates its tasks (``LOCAL_TASKS``) and builds its model from the config."""
-    from harness.config import LOCAL_TASKS, ConfigError
+    """The local backend runs the tasks that declare it (``harness.tasks.names("local")``: generated ones)
+    and builds its model from the config (no checkpoint path)."""
+    from harness import tasks
+    from harness.errors import ConfigError
 
     t, m = cfg.task, cfg.model
-    if t.name not in LOCAL_TASKS:
-        raise ConfigError("task", f"unknown value {t.name!r}; allowed: {', '.join(LOCAL_TASKS)}")
+    allowed = tasks.names("local")
+    if t.name not in allowed:
+        raise ConfigError("task", f"unknown value {t.name!r}; allowed: {', '.join(allowed)}")
     if m.path is not None:
         raise ConfigError("model.path", f"a checkpoint path is for backend=verl; the local backend builds {m.name} "
                                         "from its config")

@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from harness.config import ConfigError, RunConfig
+from harness.config import RunConfig
+from harness.errors import ConfigError
 from harness.summary import RunSummary, flat
 from harness.tags import run_tags
 
