@@ -48,7 +48,7 @@ def main() -> None:
     prompts, _ = task.sample(256, torch.Generator().manual_seed(0))
     tokens = InferenceEngine(policy, cfg.inference, cfg.seed).generate(prompts, task.answer_len).tokens
     with_ = lambda **kw: dataclasses.replace(cfg, inference=dataclasses.replace(cfg.inference, **kw))  # noqa: E731
-    from harness.run import perturbation
+    from harness.tags import perturbation
 
     print(f"engine with perturbations: {perturbation(cfg)}: KL = {mean_kl(cfg, policy, tokens, task.prompt_len):.2e}")
     for s in [float(v) for v in args.sigmas.split(",") if v]:
