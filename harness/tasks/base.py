@@ -56,6 +56,8 @@ class TaskSpec:
             raise TypeError(f"task {self.name}: the local backend needs prompt_len, answer_len, sample and reward")
         if "verl" in self.backends and (self.example is None) == (self.read is None):
             raise TypeError(f"task {self.name}: the verl backend needs exactly one of example (generated) or read")
+        if "verl" in self.backends and self.text_reward is None and self.data_source is None:
+            raise TypeError(f"task {self.name}: the verl backend needs a text_reward, or a data_source verl scores")
 
     @property
     def source(self) -> str:

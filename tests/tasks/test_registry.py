@@ -19,7 +19,7 @@ from harness import tasks
 from harness.backends.local.model import VOCAB_SIZE
 from harness.backends.verl import data
 from harness.config import load
-from harness.tasks.base import MARKER
+from harness.tasks.base import MARKER, TaskSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL = tasks.names("local")
@@ -33,6 +33,18 @@ def test_registry_lists_the_shipped_tasks_and_each_has_a_yaml():
     assert set(tasks.names()) <= declared
     with pytest.raises(KeyError, match="unknown task 'nope'; known: addition"):
         tasks.get("nope")
+
+
+def test_a_spec_missing_what_its_backend_needs_is_refused():
+    sort = tasks.get("sort")
+    with pytest.raises(TypeError, match="the local backend needs prompt_len, answer_len, sample and reward"):
+        TaskSpec(name="t", backends=("local",), summary="s", prompt_len=sort.prompt_len, sample=sort.sample)
+    with pytest.raises(TypeError, match="exactly one of example"):
+        TaskSpec(name="t", backends=("verl",), summary="s", example=sort.example, read=tasks.get("gsm8k").read)
+    with pytest.raises(TypeError, match="needs a text_reward, or a data_source"):
+        TaskSpec(name="t", backends=("verl",), summary="s", example=sort.example)
+    with pytest.raises(ValueError, match="registered twice"):
+        tasks.register(sort)
 
 
 @pytest.mark.parametrize("name", LOCAL)
