@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from harness import estimators
+
 if TYPE_CHECKING:  # pragma: no cover
     from harness.config import RunConfig
 
@@ -34,9 +36,7 @@ class RunSummary:
                 "summary/time_per_step_s": self.time_per_step_s}
 
     def line(self, cfg: "RunConfig") -> str:
-        e = cfg.estimator
-        knobs = ",".join(f"{k}={v}" for k, v in (("n", e.n), ("C", e.clip_c), ("level", e.level)) if v is not None)
-        label = f"{e.name}({knobs})" if knobs else e.name
+        label = estimators.label(cfg.estimator.name, vars(cfg.estimator))  # the estimator's own, as analysis's
         return (f"{label} seed={cfg.seed} {cfg.task.name}/{cfg.model.name}: {self.status} after {self.steps_done} steps, "
                 f"final reward {self.final_reward:.3f} (peak {self.peak_reward:.3f}), {self.time_per_step_s:.2f} s/step, "
                 f"mlflow run {self.run_id[:8]} sig {self.signature}")
