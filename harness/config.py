@@ -24,7 +24,6 @@ from harness.uri import resolve_tracking_uri
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
 GROUPS = ("estimator", "model", "task", "backend")
-ESTIMATORS = estimators.NAMES  # the registered estimators (harness/estimators/), in table order
 TASKS = ("sort", "addition", "gsm8k")
 LOCAL_TASKS = ("sort", "addition")  # generated tasks of the local backend; gsm8k is verl-only
 DTYPES = ("bfloat16", "float16", "float32")

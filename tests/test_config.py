@@ -4,6 +4,12 @@ import pytest
 from harness.config import ConfigError, load
 
 
+def test_config_error_is_the_leaf_one():
+    from harness import errors
+
+    assert ConfigError is errors.ConfigError  # ``from harness.config import ConfigError`` keeps working
+
+
 def test_defaults_compose_into_a_typed_config():
     cfg = load([])
     assert cfg.estimator.name == "recompute" and cfg.model.kind == "moe" and cfg.task.name == "sort"

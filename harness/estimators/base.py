@@ -228,6 +228,5 @@ def parameters() -> dict[str, Any]:
 
 
 def build(cfg: "EstimatorConfig") -> Estimator:
-    from harness import estimators  # noqa: F401  (imports every module, filling REGISTRY)
-
+    """The estimator of ``cfg`` (REGISTRY is full: importing this module ran the package's ``__init__``)."""
     return REGISTRY[cfg.name](cfg)

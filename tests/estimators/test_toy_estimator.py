@@ -84,7 +84,7 @@ def test_a_toy_estimator_is_one_module_and_one_yaml(tmp_path):
     res = run("-m", "harness.run", "estimator=toy", *TINY, store, f"out_dir={tmp_path}/toy")
     assert res.returncode == 0, res.stderr[-3000:]
     line = res.stdout.strip().splitlines()[-1]
-    assert line.startswith("toy") and "finished after 2 steps" in line, line
+    assert line.startswith("toy(scale=0.5) seed=0 ") and "finished after 2 steps" in line, line
 
     # (2) on verl it fails closed, naming it
     res = run("-m", "harness.run", "backend=verl", "estimator=toy", "model=qwen3_30b_a3b", "trainer.lr=1e-6",
