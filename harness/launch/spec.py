@@ -1,7 +1,5 @@
 """A sweep spec: the YAML schema, the command-line override grammar, and ``SweepError``.
 
-``python -m harness.sweep SPEC.yaml [OVERRIDE ...] [--rerun] [--dry-run]``
-
 A sweep spec (``sweeps/*.yaml``)::
 
     name: ablation                 # default: the file's stem
@@ -38,8 +36,6 @@ from harness.overrides import OverrideValueError, hydra_value as _hydra_value
 
 
 LAUNCHERS = ("slurm", "local")
-
-
 TOP_KEYS = ("name", "experiment", "tracking_uri", "base", "grid", "variants", "seeds", "runs_dir",
             "sweep_dir", "launcher", "tune", "description")
 
