@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import sys
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 from harness import backends
 from harness.config import ConfigError, RunConfig, build, compose
@@ -34,10 +34,6 @@ class PlannedRun:
         return f"run {self.index + 1}/{self.total} ({self.name or 'base'})"
 
 
-def _fmt(v: Any) -> str:
-    return hydra_value(v)
-
-
 def expand(spec: SweepSpec) -> list[PlannedRun]:
     """All runs of the sweep, in a stable order: variants x grid (in key order) x seeds."""
     keys = list(spec.grid)
@@ -50,8 +46,8 @@ def expand(spec: SweepSpec) -> list[PlannedRun]:
     for variant in variants:
         for combo in combos:
             chosen = list(variant.items()) + list(zip(keys, combo))
-            ovs = [f"{k}={_fmt(v)}" for k, v in chosen]
-            shown = [f"{k}={_fmt(v)}" for k, v in chosen if k in varying]
+            ovs = [f"{k}={hydra_value(v)}" for k, v in chosen]
+            shown = [f"{k}={hydra_value(v)}" for k, v in chosen if k in varying]
             for seed in (spec.seeds if spec.seeds is not None else [None]):
                 s_ov = [] if seed is None else [f"seed={seed}"]
                 s_shown = [] if seed is None or len(spec.seeds or []) < 2 else [f"seed={seed}"]

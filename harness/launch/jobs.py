@@ -124,12 +124,3 @@ def job_states(records: Iterable[dict]) -> dict[str, JobState]:
         else:
             out[jid] = JobState("RUNNING", True) if _pid_alive(jid) else _result_state(r.get("folder", ""), jid)
     return out
-
-
-def cancel(records: Iterable[dict]) -> None:
-    ids = [str(r["job_id"]) for r in records if r.get("launcher") == "slurm" and r.get("job_id")]
-    if ids:
-        subprocess.run(["scancel", *ids], capture_output=True)
-    for r in records:
-        if r.get("launcher") == "local" and _pid_alive(str(r.get("job_id", ""))):
-            os.kill(int(r["job_id"]), 2)

@@ -47,7 +47,7 @@ def finished_in_store(spec: SweepSpec, runs: list) -> set[str]:
                                            else (r.cfg.run_dir / SUMMARY_FILE).exists())}
 
 
-def mlflow_progress(uri: str, experiment: str, sigs: list[str], window: int = 10) -> dict[str, dict[str, Any]]:
+def mlflow_progress(uri: str, experiment: str, sigs: list[str]) -> dict[str, dict[str, Any]]:
     """``signature -> {run_id, rewards, losses, status}`` from the latest MLflow run with that spec_sig."""
     from mlflow.tracking import MlflowClient
 
