@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from harness import estimators
+from harness import backends, estimators, tasks
 from harness.backends.verl.config import VerlConfig
 from harness.errors import ConfigError  # noqa: F401  (re-exported: ``from harness.config import ConfigError``)
 from harness.uri import resolve_tracking_uri
@@ -24,8 +24,6 @@ from harness.uri import resolve_tracking_uri
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
 GROUPS = ("estimator", "model", "task", "backend")
-TASKS = ("sort", "addition", "gsm8k")
-LOCAL_TASKS = ("sort", "addition")  # generated tasks of the local backend; gsm8k is verl-only
 DTYPES = ("bfloat16", "float16", "float32")
 #: keys that describe *where/how* a run is executed or logged, not *what* it computes
 NON_IDENTITY_KEYS = ("tracking", "launcher", "out_dir")
@@ -324,7 +322,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         _at_most(getattr(m, k), f"model.{k}")
 
     t = cfg.task
-    _one_of(t.name, TASKS, "task")
+    _one_of(t.name, tasks.names(), "task")  # the registered tasks (harness/tasks/); each backend checks its own
     _one_of(t.reward, ("partial", "exact"), "task.reward")
     _require(1 <= t.length <= 12, "task.length", f"must be in [1, 12], got {t.length}")
     _require(0 <= t.warmstart.target_reward < 1, "task.warmstart.target_reward", "must be in [0, 1)")
@@ -337,14 +335,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     _require(ws.lr > 0, "task.warmstart.lr", f"must be > 0, got {ws.lr}")
 
     b = cfg.backend
-    _one_of(b.name, ("local", "verl"), "backend")
-    if b.name == "verl":
-        from harness.backends.verl.config import validate as validate_verl
-
-        validate_verl(cfg)
-    else:
-        _one_of(t.name, LOCAL_TASKS, "task")
-        _require(m.path is None, "model.path", f"a checkpoint path is for backend=verl; the local backend builds {m.name} from its config")
+    _one_of(b.name, backends.names(), "backend")
+    backends.get(b.name).validate(cfg)  # the backend's own checks (harness/backends/<name>/: tasks, model, ...)
     _one_of(b.device, ("cpu", "cuda", "auto"), "backend.device")
     _require(b.threads >= 1, "backend.threads", f"must be >= 1, got {b.threads}")
     _at_most(b.threads, "backend.threads")

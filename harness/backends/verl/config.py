@@ -33,9 +33,6 @@ ROLLOUT_ENGINES = ("vllm",)
 TRAINERS = ("legacy",)
 #: Megatron activation recompute (``override_transformer_config.recompute_granularity``)
 RECOMPUTE = ("none", "selective", "full")
-#: tasks the verl backend can train on: gsm8k (verl's rule reward), and the harness's own generated
-#: tasks rendered as text prompts with a rule reward (harness/backends/verl/reward.py)
-VERL_TASKS = ("gsm8k", "sort", "addition")
 #: learning rates above this are the local backend's defaults leaking into an LLM run
 MAX_LLM_LR = 1e-4
 
@@ -135,7 +132,7 @@ def estimator_mapping(cfg: "RunConfig") -> "Verl":
 
 def validate(cfg: "RunConfig") -> "RunConfig":
     """Checks of a ``backend=verl`` spec that verl itself would only make on the cluster (or never)."""
-    from harness import estimators
+    from harness import estimators, tasks
 
     v, e, m, t, i, tr = cfg.verl, cfg.estimator, cfg.model, cfg.task, cfg.inference, cfg.trainer
     p, d = v.parallel, v.data
@@ -202,7 +199,10 @@ def validate(cfg: "RunConfig") -> "RunConfig":
     _require(bool(m.path), "model.path",
              f"model {m.name} has no checkpoint (model.path is null); the verl backend trains a Hugging Face "
              "model: pick a preset with a path (e.g. model=qwen3_30b_a3b or model=qwen3_4b) or set model.path")
-    _require(t.name in VERL_TASKS, "task", f"the verl backend has no data for task {t.name!r}; allowed: {', '.join(VERL_TASKS)}")
+    # tasks that declare the verl backend (harness/tasks/): gsm8k (verl's rule reward), and the harness's own
+    # generated tasks rendered as text prompts with a rule reward (harness/backends/verl/reward.py)
+    allowed = tasks.names("verl")
+    _require(t.name in allowed, "task", f"the verl backend has no data for task {t.name!r}; allowed: {', '.join(allowed)}")
 
     # the local engine's perturbation knobs have no vLLM counterpart
     for key, off in (("router_noise_sigma", 0.0), ("logit_noise_sigma", 0.0), ("bias_delta", 1.0)):

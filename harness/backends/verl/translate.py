@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness import estimators
+from harness import estimators, tasks
 from harness.backends.verl.config import estimator_mapping
 from harness.config import ROOT, RunConfig
 from harness.overrides import hydra_value
@@ -73,8 +73,7 @@ def data_dir(cfg: RunConfig) -> Path:
     """Folder of the task's prepared parquet files (``python -m harness.backends.verl.data``)."""
     root = Path(cfg.verl.data.root)
     root = root if root.is_absolute() else ROOT / root
-    t = cfg.task
-    return root / ("gsm8k" if t.name == "gsm8k" else f"{t.name}_L{t.length}")
+    return root / tasks.get(cfg.task.name).data_dir(cfg.task.length)
 
 
 def data_files(cfg: RunConfig) -> tuple[str, str]:
@@ -173,12 +172,13 @@ def overrides(cfg: RunConfig, commit: str | None = None, env: dict[str, str] | N
             (f"{R}.enable_rollout_routing_replay", needs.replay),
             (f"{R}.agent.default_agent_loop", agent_loop(cfg))]
 
-    # reward: verl's rule reward for gsm8k (by data_source), ours for the generated tasks
+    # reward: ours for tasks with a text reward (the generated ones), else verl's rule reward by data_source (gsm8k)
+    task = tasks.get(t.name)
     if d.reward is not None:
         path, _, fn = d.reward.partition(":")
         path = str(Path(path) if Path(path).is_absolute() else ROOT / path)
         out += [("reward.custom_reward_function.path", path), ("reward.custom_reward_function.name", fn)]
-    elif t.name in ("sort", "addition"):
+    elif task.text_reward is not None:
         out += [("reward.custom_reward_function.path", str(REWARD_FILE)),
                 ("reward.custom_reward_function.name", "compute_score"),
                 ("+reward.custom_reward_function.reward_kwargs.mode", t.reward)]
@@ -195,7 +195,7 @@ def overrides(cfg: RunConfig, commit: str | None = None, env: dict[str, str] | N
 
     # our block (read by the plugins: MLflow tags, mean_n's n) and the workers' environment
     out += [("+harness.estimator", e.name), ("+harness.signature", cfg.signature),
-            ("+harness.exact_reward", t.name == "gsm8k" or t.reward == "exact")]
+            ("+harness.exact_reward", "partial" not in task.rewards or t.reward == "exact")]
     if mapping.harness is not None:
         out += [(f"+harness.{k}", val) for k, val in mapping.harness(_params(cfg)).items()]
     out += [(f"+harness.tags.{k}", val) for k, val in tag_values(cfg, commit).items()]

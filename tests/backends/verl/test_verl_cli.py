@@ -173,12 +173,7 @@ def test_preflight_names_the_data_preparation_command(spec, tmp_path, monkeypatc
 def test_ablation_verl_sweep_validates():
     sweep = pytest.importorskip("harness.launch.sweep", reason="harness.launch.sweep not available")
     path = ROOT / "sweeps" / "ablation_verl.yaml"
-    try:
-        runs = sweep.validate(sweep.load_spec(path, []))
-    except sweep.SweepError as exc:
-        if "gsm8k" not in str(exc):
-            raise
-        runs = sweep.validate(sweep.load_spec(path, ["task=addition"]))  # until 'gsm8k' is in harness.config.TASKS
+    runs = sweep.validate(sweep.load_spec(path, []))
     assert len(runs) == 24 and len({r.signature for r in runs}) == 24
     mapped = {e for e in estimators.NAMES if estimators.get(e).verl is not None}
     assert {r.cfg.estimator.name for r in runs} == mapped - {"rais"}  # rais on verl is experimental (verl.experimental_rais)

@@ -221,21 +221,14 @@ def test_generated_task_uses_our_reward_and_gsm8k_verls(spec):
 
 
 def test_gsm8k_preset_translates():
-    """task=gsm8k_verl (needs 'gsm8k' in harness.config.TASKS; built here without that check)."""
+    """task=gsm8k_verl (harness/tasks/gsm8k.py: verl only, its rows scored by verl's rule reward)."""
     from harness.config import build, compose
 
     from harness.backends.verl.config import validate
 
     raw = compose(["backend=verl", "model=qwen3_30b_a3b", "task=gsm8k_verl", "estimator=tis", "trainer.lr=1e-6",
                    "trainer.prompts_per_step=16", "trainer.num_minibatches=4"])
-    try:
-        cfg = build(raw)
-    except ConfigError as exc:
-        if exc.key != "task":
-            raise
-        from harness.config import RunConfig, from_dict
-
-        cfg = from_dict(RunConfig, raw)
+    cfg = build(raw)
     validate(cfg)
     vc = translate.verl_config(cfg, check=False)
     _verl_checks(vc)
