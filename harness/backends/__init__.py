@@ -35,6 +35,8 @@ class Backend:
     ``plan(cfg) -> exit status``: ``--plan``'s resource estimate, or None.
     ``launcher_problem(cfg, launcher, label) -> (key, message) | None``: whether a sweep's launcher
     (``harness.launch.spec.LauncherConfig``) gives the run what it needs.
+    ``prunable``: ``run(cfg, on_step=f)`` calls ``f(step, metrics)`` after every step and stops the run
+    (status ``pruned``) when it returns True: what a tune trial's pruner needs.
     ``store_finishes``: a FINISHED run of the signature in the MLflow store marks the run done (else the
     run folder's ``summary.json`` does: the backend's own process ends its MLflow run).
     """
@@ -47,6 +49,7 @@ class Backend:
     command: Optional[Callable[["RunConfig"], list[str]]] = None
     pack: Optional[Callable[..., Any]] = None
     plan: Optional[Callable[["RunConfig"], int]] = None
+    prunable: bool = False
     store_finishes: bool = True
 
     @property

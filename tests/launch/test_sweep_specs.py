@@ -145,6 +145,20 @@ def test_cli_exit_code_2_and_nothing_written(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+def test_tune_refuses_a_backend_without_a_pruner_callback(tmp_path, capsys):
+    """A trial reports every step to the pruner (``Backend.prunable``): verl runs cannot, so exit 2 naming it."""
+    from harness.launch.tune.cli import main
+
+    data = {"name": "verl_tune", "seeds": [0], "launcher": {"name": "local"},
+            "base": ["backend=verl", "model=qwen3_4b", "task=gsm8k_verl", "estimator=tis", "estimator.level=sequence"],
+            "tune": {"params": {"estimator.clip_c": {"type": "float", "low": 1.5, "high": 10.0}}},
+            "sweep_dir": str(tmp_path / "sweep"), "runs_dir": str(tmp_path / "runs")}
+    assert main([str(write(tmp_path, data)), "--no-wait"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: backend: ") and "backend=verl cannot" in err, err
+    assert not (tmp_path / "sweep").exists()
+
+
 def test_bad_tune_bounds_are_refused(tmp_path):
     from harness.launch.tune.spec import parse_tune, validate_tune
 

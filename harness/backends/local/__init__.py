@@ -63,4 +63,5 @@ def launcher_problem(cfg: "RunConfig", lc: Any, label: str) -> Optional[tuple[st
     return None
 
 
-BACKEND = Backend(name="local", validate=validate, run=run, job=job, pack=pack, launcher_problem=launcher_problem)
+BACKEND = Backend(name="local", validate=validate, run=run, job=job, pack=pack, launcher_problem=launcher_problem,
+                  prunable=True)

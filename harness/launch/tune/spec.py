@@ -126,7 +126,8 @@ def trial_overrides(spec: SweepSpec, values: dict[str, Any]) -> list[str]:
 
 def validate_tune(spec: SweepSpec, tc: TuneConfig) -> str:
     """Build the base run with every parameter at each end of its range; returns the base signature."""
-    from harness.config import ConfigError
+    from harness import backends
+    from harness.errors import ConfigError
 
     if spec.grid or spec.variants:
         raise SweepError("grid: a tune spec searches `tune.params`; put fixed settings in base, not grid/variants",
@@ -145,4 +146,8 @@ def validate_tune(spec: SweepSpec, tc: TuneConfig) -> str:
                                  key=exc.key) from None
             if base_sig is None:
                 base_sig = cfg.signature
+                if not backends.get(cfg.backend.name).prunable:
+                    raise SweepError(f"backend: a trial reports every step to the pruner; backend={cfg.backend.name} "
+                                     f"cannot (tune runs on: {', '.join(n for n in backends.names() if backends.get(n).prunable)})",
+                                     key="backend")
     return base_sig or ""

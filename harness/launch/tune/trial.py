@@ -36,8 +36,7 @@ class TrialJob(Checkpointable):
         import optuna
         from optuna.trial import TrialState
 
-        from harness import metrics as M
-        from harness.backends.local.run import execute
+        from harness import backends, metrics as M
 
         quiet_optuna()
         tc = self.tune
@@ -92,7 +91,7 @@ class TrialJob(Checkpointable):
                 return trial.should_prune()
 
             tags = {"optuna_study": tc.study, "optuna_trial": str(trial.number)}
-            summary = execute(cfg, on_step=on_step, tags=tags, progress=False)
+            summary = backends.get(cfg.backend.name).run(cfg, on_step=on_step, tags=tags, progress=False)
             for k, v in (("run_id", summary.run_id), ("status", summary.status), ("steps_done", summary.steps_done)):
                 trial.set_user_attr(k, v)
             if summary.status == "pruned":
