@@ -56,7 +56,7 @@ class SlurmResources:
 
 
 def resources_from_launcher(launcher: Any) -> SlurmResources:
-    """SlurmResources from a sweep's launcher settings (harness.launch.sweep.LauncherConfig or a dict)."""
+    """SlurmResources from a sweep's launcher settings (harness.launch.spec.LauncherConfig or a dict)."""
     get = (lambda k, d=None: launcher.get(k, d)) if isinstance(launcher, dict) else \
         (lambda k, d=None: getattr(launcher, k, d))
     additional = dict(get("additional") or {})
