@@ -40,7 +40,18 @@ def tag_values(cfg: "RunConfig", commit: str | None = None) -> dict[str, Any]:
         "spec_sig": cfg.signature, "group_sig": cfg.group_signature,
         "git_commit": commit if commit is not None else git_commit(),
         "perturbation": perturbation(cfg), "model_shape": model_shape(cfg),
+        **estimator_extras(cfg),
     }
+
+
+def estimator_extras(cfg: "RunConfig") -> dict[str, Any]:
+    """The run estimator's parameters declared after the original six (``harness.estimators.LEGACY_PARAMS``),
+    when set: a new estimator's knobs reach its tags, so analysis labels it (``toy(scale=0.5)``); the nine
+    estimators' tags are unchanged."""
+    from harness.estimators import LEGACY_PARAMS
+
+    return {k: v for k, v in vars(cfg.estimator).items()
+            if k not in LEGACY_PARAMS and k != "name" and v is not None}
 
 
 def run_tags(cfg: "RunConfig", commit: str | None = None) -> dict[str, str]:

@@ -85,6 +85,12 @@ def test_a_toy_estimator_is_one_module_and_one_yaml(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     line = res.stdout.strip().splitlines()[-1]
     assert line.startswith("toy(scale=0.5) seed=0 ") and "finished after 2 steps" in line, line
+    # its parameter reaches the run's tags, and analysis labels the run by it
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=store.split("=", 1)[1])
+    (mlrun,) = client.search_runs([client.get_experiment_by_name("default").experiment_id])
+    assert mlrun.data.tags["estimator"] == "toy" and mlrun.data.tags["scale"] == "0.5"
 
     # (2) on verl it fails closed, naming it
     res = run("-m", "harness.run", "backend=verl", "estimator=toy", "model=qwen3_30b_a3b", "trainer.lr=1e-6",
