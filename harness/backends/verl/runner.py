@@ -8,7 +8,7 @@ import subprocess
 from typing import TYPE_CHECKING, Any
 
 from harness.config import ConfigError, RunConfig
-from harness.backends.verl import translate
+from harness.backends.verl import data, translate
 from harness.provenance import git_commit
 from harness.tags import run_tags
 from harness.backends.verl.config import validate
@@ -98,9 +98,8 @@ def preflight(cfg: RunConfig) -> None:
     train_files, val_files = translate.data_files(cfg)
     for f in (train_files, val_files):
         if not os.path.exists(os.path.expanduser(f)):
-            length = "" if cfg.task.name == "gsm8k" else f" --length {cfg.task.length}"
-            problems.append(f"data file {f} is missing: prepare it with `python -m harness.backends.verl.data "
-                            f"{cfg.task.name}{length} --root {cfg.verl.data.root}` (see docs/verl.md)")
+            problems.append(f"data file {f} is missing: prepare it with "
+                            f"`{data.command(cfg.task.name, cfg.task.length, cfg.verl.data.root)}` (see docs/verl.md)")
     path = cfg.model.path or ""
     if path.startswith(("/", ".", "~")) and not os.path.exists(os.path.expanduser(path)):
         problems.append(f"model.path {path} does not exist")  # a Hub id (org/name) is fetched by verl

@@ -166,8 +166,11 @@ def test_preflight_names_the_data_preparation_command(spec, tmp_path, monkeypatc
     from harness.backends.verl import runner
 
     cfg = spec("estimator=tis", "model=qwen3_30b_a3b", "task=addition", f"verl.data.root={tmp_path}")
-    with pytest.raises(runner.VerlUnavailable, match="python -m harness.backends.verl.data addition"):
+    with pytest.raises(runner.VerlUnavailable, match="python -m harness.backends.verl.data addition --length 3"):
         runner.preflight(cfg)
+    gsm8k = spec("estimator=tis", "model=qwen3_30b_a3b", "task=gsm8k_verl", f"verl.data.root={tmp_path}")
+    with pytest.raises(runner.VerlUnavailable, match="verl.data gsm8k --train <train.jsonl> --test <test.jsonl>"):
+        runner.preflight(gsm8k)  # the user's files: nothing is downloaded
 
 
 def test_ablation_verl_sweep_validates():
