@@ -9,3 +9,12 @@ class ConfigError(ValueError):
     def __init__(self, key: str, message: str):
         self.key = key
         super().__init__(f"{key}: {message}")
+
+
+def fail(exc: BaseException, code: int) -> int:
+    """What every entry point does with an expected error: ``error: <exc>`` as one line on stderr (no
+    traceback), and ``code`` as the exit status (2: bad input, nothing ran; 1: the run or submission failed)."""
+    import sys
+
+    print(f"error: {exc}", file=sys.stderr)
+    return code

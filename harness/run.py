@@ -13,7 +13,7 @@ import sys
 
 from harness import backends
 from harness.backends.local.run import execute
-from harness.errors import ConfigError
+from harness.errors import ConfigError, fail
 from harness.summary import RunSummary, flat, summary_rewards
 
 __all__ = ["main", "usage", "execute", "RunSummary", "flat", "summary_rewards"]
@@ -69,8 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             print(shlex.join(backend.command(cfg)))
             return 0
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return fail(exc, 2)
     if dry or show:
         import yaml
 
@@ -86,11 +85,9 @@ def main(argv: list[str] | None = None) -> int:
             if summary is None:  # the backend wrote its result itself (verl)
                 return 0
     except (ConfigError, IdentityError, CheckpointError, RunFolderError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return fail(exc, 2)
     except TrackingError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return fail(exc, 1)
     except Interrupted as exc:
         print(f"interrupted ({exc})", file=sys.stderr)
         return 128 + exc.signum

@@ -6,6 +6,7 @@ import os
 import sys
 from typing import Callable
 
+from harness.errors import fail
 from harness.launch.spec import SweepError
 from harness.launch.submit import SubmissionError
 
@@ -35,11 +36,9 @@ def cli(body: Callable[[], int]) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
         return 1
     except SweepError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return fail(exc, 2)
     except SubmissionError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return fail(exc, 1)
 
 
 def format_table(rows: list[list[str]], header: list[str]) -> str:
