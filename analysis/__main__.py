@@ -11,7 +11,7 @@ import sys
 
 EPILOG = """examples:
   python -m analysis report --experiment ablation
-  python -m analysis report --experiment n_sweep --x n
+  python -m analysis report --experiment ablation --x n   # the n-sweep logs into the ablation experiment
   python -m analysis compare --experiment ablation --a mean_n --b tis
   python -m analysis list
   python -m analysis params            # the pre-registered definitions and their defaults
