@@ -46,6 +46,7 @@ if str(ROOT) not in sys.path:  # runnable as a plain script from a checkout
     sys.path.insert(0, str(ROOT))
 
 from harness.config import load  # noqa: E402
+from harness.estimators import NAMES  # noqa: E402
 
 HF_BASE = "HF generate float32"
 OURS_BASE = "local bf16 (default)"
@@ -169,7 +170,7 @@ def print_steps(res: dict, steps: int, reps: int) -> None:
 
 # ----------------------------------------------------------------------------------- seed packs
 PACK_SPECS = {"recompute": ["estimator=recompute"], "mean_n(n=8)": ["estimator=mean_n", "estimator.n=8"]}
-ABLATION = ("rollout", "recompute", "tis", "mis", "icepop", "r3", "mean_n", "rais", "deterministic")
+ABLATION = NAMES  # every registered estimator (sweeps/ablation20.yaml runs them all)
 
 
 def bench_packs(size: int, steps: int, workdir: Path) -> dict:

@@ -1,5 +1,6 @@
 """Each estimator against hand-computed tensors (docs/design.md section 2)."""
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -8,6 +9,8 @@ from harness.config import EstimatorConfig
 from harness.estimators import NAMES, PolicyForward, build
 from harness.estimators.mean_n import log_mean_prob
 from harness.estimators.rais import rais_ratio, router_shift_gamma
+
+ROOT = Path(__file__).resolve().parents[2]
 
 L = torch.log
 
@@ -40,8 +43,10 @@ def est(name, **kw):
     return build(EstimatorConfig(name=name, **kw))
 
 
-def test_registry_has_all_nine():
-    assert set(NAMES) == {"rollout", "recompute", "tis", "mis", "icepop", "r3", "mean_n", "rais", "deterministic"}
+def test_registry_finds_every_shipped_estimator():
+    """Discovery (pkgutil over the package) finds at least the shipped modules; a new one only adds."""
+    shipped = {p.stem for p in (ROOT / "experiments" / "estimator").glob("*.yaml")}
+    assert shipped and shipped <= set(NAMES)
 
 
 def test_rollout_and_deterministic_use_the_sampling_logprob_and_no_training_forward():
