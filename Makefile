@@ -21,7 +21,9 @@ probe: install
 
 # docs/results.md (issue 6), regenerated end to end: the noise probes, the three sweeps (runs
 # already finished are skipped), the reports under docs/results/, then docs/results.md's generated tables.
-# About 85 min on 2 cores; each sweep also runs on Slurm with launcher=slurm.
+# The ablation and n-sweep (both log to experiment ablation) go to docs/results/ablation_v2, which sections
+# 2a and 3 read; docs/results/ablation is the numerics-1 report (section 2), whose runs no store has, and is
+# not rewritten. About 85 min on 2 cores; each sweep also runs on Slurm with launcher=slurm.
 PROBE := $(PY) -m harness.probe tracking.experiment=noise_probe
 results: install
 	$(PROBE)
@@ -33,7 +35,7 @@ results: install
 	$(PY) -m harness.sweep sweeps/n_sweep.yaml launcher=local --wait
 	$(PY) -m harness.sweep sweeps/noise_bias.yaml launcher=local --wait
 	$(PY) -m analysis report --experiment noise_probe --out docs/results/noise_probe
-	$(PY) -m analysis report --experiment ablation --x n --out docs/results/ablation
+	$(PY) -m analysis report --experiment ablation --x n --out docs/results/ablation_v2
 	$(PY) -m analysis report --experiment noise_bias --group-by perturbation --out docs/results/noise_bias
 	$(PY) scripts/equal_kl.py --sigmas 0.5 --deltas 0.7,0.3 > docs/results/noise_bias/equal_kl.txt
 	$(PY) scripts/equal_kl.py --sigmas "" --deltas "" inference.router_noise_sigma=1.0 >> docs/results/noise_bias/equal_kl.txt
