@@ -73,8 +73,9 @@ IS_WEIGHTS = {
 
 def mapping(estimator: str, level: str | None = None, exact_reward: bool = False) -> dict[str, list[str]]:
     """verl name -> the harness names it is logged under, for one run's estimator (only the always-mapped
-    names for an estimator that is not registered or has no verl mapping). ``level``: the IS weight's level
-    (None = token level, as icepop's)."""
+    names for an estimator that is not registered or has no verl mapping). ``level``: the run's ``level``
+    parameter, for an estimator that has one (tis, mis; None = unknown, so no ``is/weight_max``); an
+    estimator without one weights tokens (icepop)."""
     out: dict[str, list[str]] = {}
 
     def add(table: Mapping[str, str]) -> None:
@@ -94,7 +95,8 @@ def mapping(estimator: str, level: str | None = None, exact_reward: bool = False
             add(REC_ONLY)
     if verl.weighted:
         add(IS_WEIGHTS)
-        if level != "sequence":
+        token_level = level == "token" if "level" in spec.param_names() else True
+        if token_level:  # verl's sequence-level max is the untruncated ratio, not the weight's
             add({"rollout_corr/rollout_is_max": M.IS_WEIGHT_MAX})
     add(verl.metrics)
     return out

@@ -38,6 +38,8 @@ def test_map_metrics_per_estimator():
     assert mis[M.IS_MASKED_FRAC] == 0.05 and mis[M.IS_ESS] == 0.91
     assert M.IS_WEIGHT_MAX not in mis  # verl's sequence-level max is the untruncated ratio
     assert map_metrics(VERL_STEP, "tis", "token")[M.IS_WEIGHT_MAX] == 1.9
+    assert M.IS_WEIGHT_MAX not in map_metrics(VERL_STEP, "tis")  # level unknown (a backfill without it)
+    assert map_metrics(VERL_STEP, "icepop")[M.IS_WEIGHT_MAX] == 1.9  # icepop's weight is token level
     assert mis[M.TOKENS_PER_S] == pytest.approx(2000.0) and mis[M.TIME_ROLLOUT] == 12.0
     assert M.REWARD_ACCURACY not in mis and map_metrics(VERL_STEP, "tis", "token", True)[M.REWARD_ACCURACY] == 0.4
     r3 = map_metrics(VERL_STEP, "r3")
