@@ -64,10 +64,10 @@ def overrides(estimator: str, model: Path, work: Path, gpus: int) -> list[str]:
     if needs.replay:  # Megatron's router replay
         return [*common, "model=qwen3_30b_a3b", "verl.parallel.tp=1", "verl.parallel.ep=1", "verl.parallel.etp=1",
                 "verl.parallel.cpu_adam=false"]
-    extra = ["verl.experimental_rais=true"] if estimator == "rais" else []
-    if needs.passes:  # fewer inference passes than the preset's, for one GPU
-        extra = [f"estimator.{needs.passes}=2"]
-    return [*common, "model=qwen3_30b_a3b_fsdp", "verl.parallel.cpu_adam=false", *extra]
+    extra = [f"estimator.{needs.passes}=2"] if needs.passes else []  # fewer inference passes, for one GPU
+    # the smoke runs the experimental paths too (verl.experimental_rais: read by rais's verl check only)
+    return [*common, "model=qwen3_30b_a3b_fsdp", "verl.parallel.cpu_adam=false", "verl.experimental_rais=true",
+            *extra]
 
 
 def main(argv: list[str] | None = None) -> int:
