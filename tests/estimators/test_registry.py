@@ -34,6 +34,14 @@ def test_estimator_config_is_the_union_of_the_registered_parameters():
     fields = [f.name for f in dataclasses.fields(EstimatorConfig)]
     assert fields[0] == "name" and set(fields[1:]) == set(estimators.parameters())
     assert fields[1:7] == list(estimators.LEGACY_PARAMS)  # the serialized spec's order of old
+    # built by make_dataclass, yet importable by name: pickle (submitit, multiprocessing) and copy round-trip
+    import copy
+    import pickle
+
+    cfg = load(["estimator=tis"])
+    assert EstimatorConfig.__module__ == "harness.config" and EstimatorConfig.__qualname__ == "EstimatorConfig"
+    assert pickle.loads(pickle.dumps(cfg)) == cfg == copy.deepcopy(cfg)
+    assert type(pickle.loads(pickle.dumps(cfg.estimator))) is EstimatorConfig
 
 
 def test_a_parameter_registered_later_enters_the_signature_only_when_set():
