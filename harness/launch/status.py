@@ -18,7 +18,6 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 from analysis.config import AnalysisConfig
-from analysis.measures import collapse_onset_index
 from harness import curves
 from harness.launch.cli import cli, format_table, split_args
 from harness.launch.expand import validate
@@ -49,6 +48,8 @@ class RunStatus:
 
 
 def sweep_status(spec: SweepSpec) -> list[RunStatus]:
+    from analysis.measures import collapse_onset_index  # pandas, scipy: not on the CLI's start-up path
+
     runs = validate(spec)
     db = JobsDB(spec.sweep_dir)
     states = job_states(list(db.runs.values()))

@@ -6,7 +6,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 from analysis.config import AnalysisConfig
-from analysis.measures import collapse_onset_index
 from harness import curves
 from harness.launch.spec import SweepError
 
@@ -80,6 +79,8 @@ def trailing_mean(xs: list[float], window: int) -> float:
 def score(rewards: list[float], steps_planned: int, objective: Objective = Objective(),
           diverged: bool = False, losses: Optional[list[float]] = None) -> tuple[float, Optional[int]]:
     """``(value, collapse onset index)`` of one run under the pre-registered objective."""
+    from analysis.measures import collapse_onset_index  # pandas, scipy: not on the CLI's start-up path
+
     onset = collapse_onset_index(rewards, objective.analysis_config, losses) if len(rewards) else None
     nonfinite = any(not math.isfinite(v) for v in list(rewards) + list(losses or []))
     if diverged or nonfinite or not len(rewards):
