@@ -51,30 +51,20 @@ def mlflow_progress(uri: str, experiment: str, sigs: list[str]) -> dict[str, dic
     """``signature -> {run_id, rewards, losses, status}`` from the latest MLflow run with that spec_sig."""
     from mlflow.tracking import MlflowClient
 
-    from harness import history, metrics as M
+    from harness import history, metrics as M, store
 
     client = MlflowClient(tracking_uri=uri)
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        return {}
     wanted, latest = set(sigs), {}
-    page = None
-    while True:
-        res = client.search_runs([exp.experiment_id], max_results=1000, page_token=page,
-                                 order_by=["attributes.start_time DESC"])
-        for r in res:
-            sig = r.data.tags.get("spec_sig")
-            if sig in wanted and sig not in latest:
-                latest[sig] = r
-        page = res.token
-        if not page:
-            break
+    for r in store.runs_of(client, experiment):  # newest first, every page
+        sig = r.data.tags.get("spec_sig")
+        if sig in wanted and sig not in latest:
+            latest[sig] = r
     out = {}
     for sig, r in latest.items():
         rew = history.read(client, r.info.run_id, M.REWARD_MEAN)
         loss = history.read(client, r.info.run_id, M.POLICY_LOSS)
-        out[sig] = {"run_id": r.info.run_id, "rewards": rew.values, "steps": rew.steps, "losses": loss.values, "status": r.data.tags.get("status", r.info.status),
-                    "tags": dict(r.data.tags)}
+        out[sig] = {"run_id": r.info.run_id, "rewards": rew.values, "steps": rew.steps, "losses": loss.values,
+                    "status": r.data.tags.get("status", r.info.status), "tags": dict(r.data.tags)}
     return out
 
 
