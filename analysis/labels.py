@@ -75,14 +75,10 @@ def context_suffix(tags: Mapping[str, str], varying: Sequence[str]) -> str:
     return "[" + ",".join(f"{k}={arm_text(tags.get(k)) or 'na'}" for k in varying) + "]"
 
 
-def estimator_rank(estimator: str) -> int:
-    return estimators.rank(estimator)
-
-
 def sort_key(estimator: str, n: float, clip_c: float, level: str, suffix: str) -> tuple:
     """Canonical order: estimator order, then n, C (missing first), level, context."""
     nan_first = lambda x: (0, 0.0) if math.isnan(x) else (1, x)  # noqa: E731
-    return (estimator_rank(estimator), estimator, nan_first(n), nan_first(clip_c), level, suffix)
+    return (estimators.rank(estimator), estimator, nan_first(n), nan_first(clip_c), level, suffix)
 
 
 def sweep_families(runs: pd.DataFrame, x: str, estimators: tuple[str, ...] | None) -> dict[tuple, pd.DataFrame]:
