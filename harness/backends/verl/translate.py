@@ -62,8 +62,9 @@ def rollout_correction(cfg: RunConfig) -> dict[str, Any]:
 def agent_loop(cfg: RunConfig) -> str:
     """The rollout's agent loop: the estimator's own (mean_n's re-scoring loop), our seeded loop under full
     determinism (verl's own gives every sample the same seed), else verl's ``single_turn_agent``."""
-    if estimator_mapping(cfg).agent_loop:
-        return estimator_mapping(cfg).agent_loop
+    own = estimator_mapping(cfg).agent_loop
+    if own:
+        return own
     if estimators.get(cfg.estimator.name).needs.deterministic or cfg.inference.deterministic:
         return DETERMINISTIC_AGENT_LOOP
     return "single_turn_agent"
