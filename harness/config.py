@@ -19,6 +19,7 @@ from typing import Any, Optional
 from harness import backends, estimators, tasks
 from harness.backends.verl.config import VerlConfig
 from harness.errors import ConfigError  # noqa: F401  (re-exported: ``from harness.config import ConfigError``)
+from harness.errors import require as _require
 from harness.uri import resolve_tracking_uri
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -250,11 +251,6 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
 
 
 # --------------------------------------------------------------------------------- validation
-def _require(ok: bool, key: str, message: str) -> None:
-    if not ok:
-        raise ConfigError(key, message)
-
-
 def _one_of(value: Any, allowed: tuple, key: str) -> None:
     _require(value in allowed, key, f"unknown value {value!r}; allowed: {', '.join(map(str, allowed))}")
 

@@ -11,6 +11,12 @@ class ConfigError(ValueError):
         super().__init__(f"{key}: {message}")
 
 
+def require(ok: bool, key: str, message: str) -> None:
+    """Raise ``ConfigError(key, message)`` unless ``ok`` (the checks of ``harness.config`` and the backends)."""
+    if not ok:
+        raise ConfigError(key, message)
+
+
 def fail(exc: BaseException, code: int) -> int:
     """What every entry point does with an expected error: ``error: <exc>`` as one line on stderr (no
     traceback), and ``code`` as the exit status (2: bad input, nothing ran; 1: the run or submission failed)."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
 from harness.errors import ConfigError
+from harness.errors import require as _require
 
 if TYPE_CHECKING:  # pragma: no cover
     from harness.config import RunConfig
@@ -108,11 +109,6 @@ class VerlConfig:
     chat_template_kwargs: dict = field(default_factory=dict)
     #: raw verl overrides appended last, e.g. ["actor_rollout_ref.rollout.enforce_eager=True"]
     extra_overrides: list = field(default_factory=list)
-
-
-def _require(ok: bool, key: str, message: str) -> None:
-    if not ok:
-        raise ConfigError(key, message)
 
 
 def estimator_mapping(cfg: "RunConfig") -> "Verl":
