@@ -28,6 +28,9 @@ def test_signatures_unchanged(tmp_path):
     now = json.loads((tmp_path / "s.json").read_text())
     want = json.loads((GOLDEN / "signatures.json").read_text())
     assert _by_sweep(now) == _by_sweep(want)
+    # run by run too: the same multiset per sweep would still pass with two runs' signatures swapped
+    changed = sorted(k for k in want.keys() | now.keys() if now.get(k) != want.get(k))
+    assert not changed, f"signature changed or run renamed: {changed[:5]}"
 
 
 def test_curves_bit_identical(tmp_path):
