@@ -28,10 +28,11 @@ def prepare_tracking(spec: SweepSpec, cfg: RunConfig) -> None:
         raise SweepError(f"tracking_uri: cannot reach the MLflow store {uri!r}: {exc}", key="tracking_uri") from None
 
 
-def finished_in_store(spec: SweepSpec, runs: list) -> set[str]:
+def finished_in_store(spec: SweepSpec, runs: list, after_ms: int = 0) -> set[str]:
     """Signatures finished in the sweep's store (one query), for backends whose runs the store
     finishes (``store_finishes``: local); a verl run is finished when its folder holds ``summary.json``
-    (its MLflow run is ended by verl)."""
+    (its MLflow run is ended by verl). ``after_ms``: only a FINISHED run started then or later counts
+    (a --rerun's new runs, not the ones it supersedes)."""
     from harness import store
     from harness.tracking import TrackingError
 
@@ -40,7 +41,7 @@ def finished_in_store(spec: SweepSpec, runs: list) -> set[str]:
     uri = runs[0].cfg.tracking_uri
     try:
         store.check(uri)
-        done = store.finished_signatures(uri, spec.experiment)
+        done = store.finished_signatures(uri, spec.experiment, after_ms)
     except TrackingError as exc:
         raise SubmissionError(str(exc)) from None
     return {r.signature for r in runs if (r.signature in done if backends.get(r.cfg.backend.name).store_finishes

@@ -46,6 +46,7 @@ class Decision:
     run: PlannedRun
     action: str  # submit | finished | running
     detail: str = ""
+    after_ms: int = 0  # --rerun: the run is done when a FINISHED run started at or after this time is in the store
 
 
 def plan(spec: SweepSpec, runs: list[PlannedRun], rerun: bool = False) -> list[Decision]:
@@ -106,6 +107,7 @@ def submit_sweep(spec: SweepSpec, rerun: bool = False, dry_run: bool = False, ou
         after_ms = int(time.time() * 1000)  # the jobs' runs: a FINISHED run older than this does not count
         for d in todo:
             archive_finished(d.run.cfg.run_dir)
+            d.after_ms = after_ms
     packs = submit.seed_packs([d.run.cfg for d in todo], spec.launcher.seeds_per_job)  # [[index in todo]]
     tasks = [submit.job_for_pack([todo[i].run.cfg for i in p], finished_after_ms=after_ms) for p in packs]
     names = [todo[p[0]].run.name or spec.name for p in packs]
@@ -136,14 +138,15 @@ def wait_for(spec: SweepSpec, decisions: list[Decision], poll_s: float = 5.0, ou
     that has failed: the number of such runs is returned (0 = all finished), with the job's last error line.
     """
     out = sys.stdout if out is None else out
-    pending = {d.run.signature: d.run for d in decisions if d.action in ("submit", "running")}
+    pending = {d.run.signature: d for d in decisions if d.action in ("submit", "running")}
     total, failed, t0 = len(pending), 0, time.time()
     while pending:
         time.sleep(poll_s)
         db = JobsDB(spec.sweep_dir)
         states = job_states([db.runs[s] for s in pending if s in db.runs])
-        done = finished_in_store(spec, list(pending.values()))
-        for sig, run in list(pending.items()):
+        done = _finished(spec, list(pending.values()))
+        for sig, d in list(pending.items()):
+            run = d.run
             if sig in done:
                 del pending[sig]
                 print(f"[{total - len(pending)}/{total}] {run.name or spec.name} ({sig}) finished "
@@ -151,13 +154,22 @@ def wait_for(spec: SweepSpec, decisions: list[Decision], poll_s: float = 5.0, ou
                 continue
             st = states.get(str(db.runs.get(sig, {}).get("job_id", "")))
             if st is not None and not st.alive and st.state in ("DONE", "FAILED", "LOST", "COMPLETED"):
-                if sig in finished_in_store(spec, [run]):
+                if sig in _finished(spec, [d]):
                     continue  # finished between the two looks
                 del pending[sig]
                 failed += 1
                 print(f"[{total - len(pending)}/{total}] {run.name or spec.name} ({sig}) FAILED: {st.state} "
                       f"{st.detail}", file=out, flush=True)
     return failed
+
+
+def _finished(spec: SweepSpec, decisions: list[Decision]) -> set[str]:
+    """Signatures of ``decisions`` finished in the store; a --rerun's run by a run started after its submission
+    (the FINISHED run it supersedes is still there)."""
+    out: set[str] = set()
+    for after in {d.after_ms for d in decisions}:
+        out |= finished_in_store(spec, [d.run for d in decisions if d.after_ms == after], after)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -44,8 +44,12 @@ def test_rerun_forces_a_finished_run_from_scratch(store, capsys):
     wait_sweep(spec, timeout=180)
     (run,) = validate(spec)
     first = json.loads((run.cfg.run_dir / "summary.json").read_text())
-    assert sweep.main(args + ["--rerun"]) == 0
-    assert "1 to submit" in capsys.readouterr().out
+    # --wait blocks until the new run is FINISHED: the FINISHED run it supersedes does not count
+    assert sweep.main(args + ["--rerun", "--wait"]) == 0
+    out = capsys.readouterr().out
+    assert "1 to submit" in out
+    assert "finished" in out.splitlines()[-1]
+    assert (run.cfg.run_dir / "summary.json").exists()  # written before the store's FINISHED: the wait saw it
     assert list(run.cfg.run_dir.glob("summary.json.prev-*"))
     wait_sweep(spec, timeout=180)
     second = json.loads((run.cfg.run_dir / "summary.json").read_text())
