@@ -19,7 +19,7 @@ from typing import Any, Optional
 from harness import backends, estimators, tasks
 from harness.backends.verl.config import VerlConfig
 from harness.errors import ConfigError  # noqa: F401  (re-exported: ``from harness.config import ConfigError``)
-from harness.errors import require as _require
+from harness.errors import one_of as _one_of, require as _require
 from harness.uri import resolve_tracking_uri
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -251,10 +251,6 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
 
 
 # --------------------------------------------------------------------------------- validation
-def _one_of(value: Any, allowed: tuple, key: str) -> None:
-    _require(value in allowed, key, f"unknown value {value!r}; allowed: {', '.join(map(str, allowed))}")
-
-
 #: Upper bounds where a value can hang a run or exhaust memory (a typo such as ``estimator.n=1e9`` is
 #: refused before anything runs; an estimator bounds its own parameters, e.g. mean_n's n). Each is far above
 #: what the experiments use (300 steps, 128 sequences per local step, 512 per verl step); raise one here if a

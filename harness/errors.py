@@ -17,6 +17,11 @@ def require(ok: bool, key: str, message: str) -> None:
         raise ConfigError(key, message)
 
 
+def one_of(value, allowed, key: str) -> None:
+    """Raise ``ConfigError(key, "unknown value ...; allowed: ...")`` unless ``value`` is one of ``allowed``."""
+    require(value in allowed, key, f"unknown value {value!r}; allowed: {', '.join(map(str, allowed))}")
+
+
 def fail(exc: BaseException, code: int) -> int:
     """What every entry point does with an expected error: ``error: <exc>`` as one line on stderr (no
     traceback), and ``code`` as the exit status (2: bad input, nothing ran; 1: the run or submission failed)."""

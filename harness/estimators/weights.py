@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, one_of
 from harness.estimators.base import Params, knob
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -45,5 +45,4 @@ class CappedRatio(Params):
     def validate(self) -> None:
         if not self.clip_c > 1:
             raise ConfigError("estimator.clip_c", f"the cap C must be > 1, got {self.clip_c}")
-        if self.level not in LEVELS:
-            raise ConfigError("estimator.level", f"unknown value {self.level!r}; allowed: {', '.join(LEVELS)}")
+        one_of(self.level, LEVELS, "estimator.level")

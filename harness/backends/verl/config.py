@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
 from harness.errors import ConfigError
-from harness.errors import require as _require
+from harness.errors import one_of as _one_of, require as _require
 
 if TYPE_CHECKING:  # pragma: no cover
     from harness.config import RunConfig
@@ -133,19 +133,16 @@ def validate(cfg: "RunConfig") -> "RunConfig":
     v, e, m, t, i, tr = cfg.verl, cfg.estimator, cfg.model, cfg.task, cfg.inference, cfg.trainer
     p, d = v.parallel, v.data
 
-    _require(v.strategy in STRATEGIES, "verl.strategy",
-             f"unknown value {v.strategy!r}; allowed: {', '.join(STRATEGIES)}")
+    _one_of(v.strategy, STRATEGIES, "verl.strategy")
     _require(v.trainer in TRAINERS, "verl.trainer",
              f"unknown value {v.trainer!r}; allowed: {', '.join(TRAINERS)}. verl's V1 TransferQueue trainer "
              "keeps MIS-rejected tokens in the token-mean denominator and needs the TransferQueue package "
              "(docs/verl.md, 'Which trainer')")
-    _require(p.recompute in RECOMPUTE, "verl.parallel.recompute",
-             f"unknown value {p.recompute!r}; allowed: {', '.join(RECOMPUTE)}")
+    _one_of(p.recompute, RECOMPUTE, "verl.parallel.recompute")
     _require(p.recompute_num_layers >= 1, "verl.parallel.recompute_num_layers",
              f"must be >= 1, got {p.recompute_num_layers}")
     _require(v.gpu_memory_gb > 0, "verl.gpu_memory_gb", f"must be > 0, got {v.gpu_memory_gb}")
-    _require(v.rollout in ROLLOUT_ENGINES, "verl.rollout",
-             f"unknown value {v.rollout!r}; allowed: {', '.join(ROLLOUT_ENGINES)}")
+    _one_of(v.rollout, ROLLOUT_ENGINES, "verl.rollout")
     # the estimator: mapped (else refused), and its own verl-only checks
     mapping = estimator_mapping(cfg)
     if mapping.check is not None:
