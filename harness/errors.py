@@ -2,6 +2,7 @@
 
 A :class:`ConfigError` names the offending key (``estimator.clip_c``, ``trainer.lr``) and what is allowed;
 the command-line entry points turn it into one line on stderr and exit status 2, before anything runs.
+``require`` and ``one_of`` are the checks that raise it (harness.config, the backends, the estimators).
 """
 
 
