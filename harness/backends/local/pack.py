@@ -50,13 +50,11 @@ def execute_pack(cfgs: list[RunConfig], rerun: bool = False, tags: dict[str, str
 
 
 def _train(records: list, device) -> list:
-    import yaml
-
     from harness import metrics as M
+    from harness.backends.local.run import start
     from harness.backends.local.trainer import PackTrainer
     from harness.record import Interrupted
-    from harness.summary import RunSummary, flat
-    from harness.tags import run_tags
+    from harness.summary import RunSummary
 
     cfgs = [r.cfg for r in records]
     trainer = PackTrainer(cfgs, device)
@@ -65,13 +63,8 @@ def _train(records: list, device) -> list:
         if rec.state is not None:
             trainer.load_seed_state(j, rec.state["trainer"])
             rewards[j] = list(rec.state["rewards"])
-    trackers, logged = [], []
-    for j, (rec, cfg) in enumerate(zip(records, cfgs)):
-        ws = trainer.warmstarts[j]
-        trackers.append(rec.start(run_tags(cfg), {**flat(cfg.to_dict()), "warmstart.steps": ws["steps"],
-                                                  "warmstart.reward": ws["reward"]},
-                                  yaml.safe_dump(cfg.to_dict(), sort_keys=False)))
-        logged.append(trackers[-1].last_logged_step(M.REWARD_MEAN) if rec.state is not None else -1)
+    started = [start(rec, ws) for rec, ws in zip(records, trainer.warmstarts)]
+    trackers, logged = [t for t, _ in started], [n for _, n in started]
     buffers = [_Buffer(t) for t in trackers]
     status = ["finished"] * len(records)
     live = list(range(len(records)))

@@ -23,6 +23,21 @@ def device_of(cfg: RunConfig):
     return torch.device(cfg.backend.device)
 
 
+def start(record, warmstart: dict) -> tuple:
+    """Start (or, resumed, reopen) ``record``'s MLflow run with the run's tags, its params (the flat spec and
+    the warm start's steps and reward) and its spec as YAML: ``(tracker, last step already logged, -1 if none)``.
+    A run alone (:func:`execute`) and every seed of a pack (``pack.py``) start the same way."""
+    import yaml
+
+    from harness import metrics as M
+
+    cfg = record.cfg
+    tracker = record.start(run_tags(cfg), {**flat(cfg.to_dict()), "warmstart.steps": warmstart["steps"],
+                                           "warmstart.reward": warmstart["reward"]},
+                           yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    return tracker, (tracker.last_logged_step(M.REWARD_MEAN) if record.state is not None else -1)
+
+
 def execute(cfg: RunConfig, on_step: Callable[[int, dict[str, float]], bool] | None = None, rerun: bool = False,
             tags: dict[str, str] | None = None, progress: bool = True, finished_after_ms: int = 0) -> RunSummary:
     """Train (or resume, or return the finished result of) the run ``cfg``.
@@ -33,7 +48,6 @@ def execute(cfg: RunConfig, on_step: Callable[[int, dict[str, float]], bool] | N
     ``finished_after_ms``: only a FINISHED run started at or after this time counts (a sweep's --rerun).
     """
     import torch
-    import yaml
     from tqdm import tqdm
 
     from harness import metrics as M
@@ -55,10 +69,7 @@ def execute(cfg: RunConfig, on_step: Callable[[int, dict[str, float]], bool] | N
         rewards = state["rewards"]
     else:
         rewards = []
-    tracker = record.start(run_tags(cfg), {**flat(cfg.to_dict()), "warmstart.steps": trainer.warmstart["steps"],
-                                           "warmstart.reward": trainer.warmstart["reward"]},
-                           yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    logged = tracker.last_logged_step(M.REWARD_MEAN) if state is not None else -1
+    tracker, logged = start(record, trainer.warmstart)
 
     def save_checkpoint() -> None:
         record.save_checkpoint(trainer.state_dict(), {"rewards": rewards})
