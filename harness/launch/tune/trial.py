@@ -14,6 +14,7 @@ from harness.launch.spec import SweepSpec
 from harness.launch.tune.objective import score, trailing_mean
 from harness.launch.tune.spec import TuneConfig, trial_overrides
 from harness.launch.tune.study import make_pruner, make_sampler, open_storage, quiet_optuna
+from harness.record import CHECKPOINT_FILE
 
 
 class TrialJob(Checkpointable):
@@ -73,7 +74,7 @@ class TrialJob(Checkpointable):
 
             window = tc.objective.window
             rewards: dict[int, float] = {}
-            if (cfg.run_dir / "checkpoint.pt").exists():  # resumed: earlier steps come from MLflow
+            if (cfg.run_dir / CHECKPOINT_FILE).exists():  # resumed: earlier steps come from MLflow
                 rewards.update(logged_rewards(cfg, self.spec.experiment))
             reported = set(own.intermediate_values) if own is not None else set()
 
