@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -89,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     for est in estimators:
         t0 = time.time()
+        # a fresh run each time: the fixed out_dir keeps the last smoke's summary (the runner then returns at
+        # once and the smoke reports ok without running verl), MLflow run id and commit, whatever changed since
+        shutil.rmtree(work / "runs" / est, ignore_errors=True)
         argv_ = [sys.executable, "-m", "harness.run", *overrides(est, model, work, args.gpus)]
         proc = subprocess.run(argv_, cwd=ROOT, capture_output=True, text=True)
         log = work / "logs" / f"{est}.log"
