@@ -2,7 +2,8 @@
 
 Prints diff / var_rollout / var_train per token for the configured MoE (``model=...``) and its
 dense twin (``twin=dense_tiny``) beside the KwaiKAT numbers, and logs each as an MLflow run tagged
-``probe=1`` with metrics ``probe/diff``, ``probe/var_rollout``, ``probe/var_train``.
+``probe=1`` with metrics ``probe/diff``, ``probe/var_rollout``, ``probe/var_train`` (and ``probe_of`` = the
+probed spec's signature in place of ``spec_sig``/``group_sig``: a probe is not a finished run of that spec).
 Extra options: ``--passes N`` (default 8), ``--sequences N`` (default 256).
 """
 from __future__ import annotations
@@ -53,7 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for cfg in cfgs:
         res = probe(cfg, n=opts["--passes"], sequences=opts["--sequences"])
-        tags = {**run_tags(cfg), "probe": "1", "model_kind": res.kind}
+        # the run tags less the identity ones: a probe measured the spec's engines, it did not train the spec, so
+        # it must not be found as the spec's FINISHED run (harness.store) nor read as its progress (status)
+        tags = {**{k: v for k, v in run_tags(cfg).items() if k not in ("spec_sig", "group_sig")},
+                "probe": "1", "probe_of": cfg.signature, "model_kind": res.kind}
         tracker = Tracker(cfg.tracking_uri, cfg.tracking.experiment, run_name=f"probe-{cfg.model.name}", tags=tags)
         tracker.log_params({"probe.passes": opts["--passes"], "probe.sequences": opts["--sequences"],
                             **{f"inference.{k}": v for k, v in cfg.inference.__dict__.items()}})

@@ -139,3 +139,20 @@ def test_an_uncached_warm_start_says_what_it_does(tmp_path, monkeypatch, capfd):
     warmstart.warm_start(cfg.model, cfg.task, cfg.seed)
     err = capfd.readouterr().err
     assert "warm start of moe_tiny on sort (seed 0, not cached yet)" in err and "warm start done: 5 steps" in err
+
+
+def test_a_probe_of_a_spec_is_not_its_finished_run(tiny_overrides):
+    """``harness.probe`` logs to the spec's experiment without the identity tags (``probe_of`` instead of
+    ``spec_sig``), so the store does not take the probe for the spec's FINISHED run: the spec still trains."""
+    over = tiny_overrides(steps=2)
+    res = subprocess.run([sys.executable, "-m", "harness.probe", "--passes", "1", "--sequences", "4", *over],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    cfg = load(over)
+    client = MlflowClient(cfg.tracking_uri)
+    runs = client.search_runs([client.get_experiment_by_name(cfg.tracking.experiment).experiment_id])
+    (probe,) = [r for r in runs if r.data.tags.get("model") == cfg.model.name]
+    assert probe.data.tags["probe"] == "1" and probe.data.tags["probe_of"] == cfg.signature
+    assert "spec_sig" not in probe.data.tags and "group_sig" not in probe.data.tags
+    summary = execute(cfg, progress=False)
+    assert summary.run_id != probe.info.run_id and summary.steps_done == 2 and math.isfinite(summary.final_reward)
