@@ -57,11 +57,6 @@ def _key(k: Any) -> str:
     return k
 
 
-def override(key: str, value: Any) -> str:
-    """``key=<hydra_value(value)>``."""
-    return f"{key}={hydra_value(value)}"
-
-
 def parse_value(text: str) -> Any:
     """What Hydra's override parser makes of ``key=<text>`` (the inverse of ``hydra_value``)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
