@@ -14,7 +14,6 @@ declared by each estimator (``harness.estimators``, its ``verl.check``).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
@@ -219,6 +218,4 @@ def validate(cfg: "RunConfig") -> "RunConfig":
     _require(tr.lr <= MAX_LLM_LR, "trainer.lr",
              f"{tr.lr} is a learning rate for the tiny local model; for an LLM on verl use e.g. trainer.lr=1e-6 "
              f"(limit {MAX_LLM_LR})")
-    if tr.max_grad_norm is not None:
-        _require(math.isfinite(tr.max_grad_norm), "trainer.max_grad_norm", "must be finite or null")
     return cfg
