@@ -30,7 +30,3 @@ def from_metrics(metrics: Iterable) -> History:
 def read(client, run_id: str, key: str) -> History:
     """The history of ``key`` in run ``run_id`` (empty when never logged)."""
     return from_metrics(client.get_metric_history(run_id, key))
-
-
-def read_many(client, run_id: str, keys: Iterable[str]) -> dict[str, History]:
-    return {k: read(client, run_id, k) for k in keys}
