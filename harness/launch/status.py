@@ -24,6 +24,7 @@ from harness.launch.expand import validate
 from harness.launch.jobs import JobsDB, job_states
 from harness.launch.progress import mlflow_progress
 from harness.launch.spec import SweepSpec, load_spec
+from harness.launch.sweep import summary_status
 from harness.record import SUMMARY_FILE
 
 
@@ -68,10 +69,7 @@ def sweep_status(spec: SweepSpec) -> list[RunStatus]:
         summary_path = r.cfg.run_dir / SUMMARY_FILE
         detail = ""
         if summary_path.exists():
-            try:
-                state = json.loads(summary_path.read_text()).get("status", "finished")
-            except (OSError, json.JSONDecodeError):
-                state = "finished"
+            state = summary_status(r.cfg.run_dir)
         elif js is not None:
             state, detail = js.state, js.detail
             if js.alive and rec.get("launcher") == "local" and r.signature not in progress:

@@ -61,13 +61,14 @@ def plan(spec: SweepSpec, runs: list[PlannedRun], rerun: bool = False) -> list[D
         if rec and state is not None and state.alive:
             out.append(Decision(r, "running", f"job {rec['job_id']} {state.state}"))
         elif r.signature in finished and not rerun:
-            out.append(Decision(r, "finished", _summary_status(r.cfg.run_dir)))
+            out.append(Decision(r, "finished", summary_status(r.cfg.run_dir)))
         else:
             out.append(Decision(r, "submit", "rerun" if r.signature in finished else ""))
     return out
 
 
-def _summary_status(run_dir: Path) -> str:
+def summary_status(run_dir: Path) -> str:
+    """The status its ``summary.json`` gives a finished run (finished / diverged / pruned)."""
     try:
         return json.loads((run_dir / SUMMARY_FILE).read_text()).get("status", "finished")
     except (OSError, json.JSONDecodeError):
