@@ -90,6 +90,19 @@ class OldPolicyContext:
         return self._scores
 
 
+@dataclasses.dataclass
+class Batch:
+    """A collected rollout batch ([S B, ...] rows, seed-major): what ``learn`` trains on."""
+
+    roll: Rollout
+    prompt_len: int
+    mask: Tensor  # [S B, R] 1 = a policy token that enters the loss and every estimator's sums
+    reward: Tensor  # [S B]
+    exact: Tensor  # [S B]
+    adv: Tensor  # [S B]
+    t_rollout: float  # wall seconds of the generate call
+
+
 def _seed_mean(x: Tensor, mask: Tensor) -> Tensor:
     """Masked mean within each seed's slice: [S, ...] -> [S]."""
     dims = tuple(range(1, x.dim()))
@@ -157,8 +170,13 @@ class PackTrainer:
     # ----------------------------------------------------------------------------- step
     def run_step(self) -> list[dict[str, float]]:
         """One step of every seed; the metrics of each seed."""
-        tr, dev, n_s = self.cfg.trainer, self.device, self.size
         t_step = time.perf_counter()
+        return self.learn(self.collect(), t_step)
+
+    def collect(self) -> Batch:
+        """The rollout half of a step: sample prompts, generate with the inference engine's current
+        weights, score the rewards and GRPO advantages."""
+        tr, dev = self.cfg.trainer, self.device
         sampled = [self.task.sample(tr.prompts_per_step, g) for g in self.data_gens]
         prompts = torch.stack([p for p, _ in sampled]).repeat_interleave(tr.group_size, 1).to(dev)  # [S, B, P]
         answers = torch.stack([a for _, a in sampled]).repeat_interleave(tr.group_size, 1).to(dev)
@@ -170,7 +188,14 @@ class PackTrainer:
         reward, exact = self.task.reward(roll.tokens[:, pl:], answers.flatten(0, 1))
         adv = grpo_advantages(reward, tr.group_size)
         mask = torch.ones_like(roll.logp)
+        return Batch(roll, pl, mask, reward, exact, adv, t_roll)
 
+    def learn(self, batch: Batch, t_step: float | None = None) -> list[dict[str, float]]:
+        """The training half of a step on a collected batch: pi_old (the estimator), diagnostics, the
+        PPO update, the weight sync to the inference engine; the metrics of each seed."""
+        t_step = time.perf_counter() if t_step is None else t_step
+        n_s, roll, pl, mask, reward, exact, adv = (self.size, batch.roll, batch.prompt_len, batch.mask, batch.reward,
+                                                   batch.exact, batch.adv)
         ctx = OldPolicyContext(self.train, self.infer, roll, pl, mask, n_s)
         t = time.perf_counter()
         old = self.estimator.old_policy(ctx)
@@ -193,6 +218,7 @@ class PackTrainer:
         table = torch.stack([out[k].detach().double().reshape(n_s) for k in keys], 1).tolist()  # one sync
         per_seed = [dict(zip(keys, row)) for row in table]
         tokens = roll.logp.numel() // n_s
+        t_roll = batch.t_rollout
         for values in per_seed:  # wall times are the pack's (per step of every seed together)
             values.update({M.TIME_ROLLOUT: t_roll, M.TIME_OLD_LOGPROB: t_old, M.TIME_UPDATE: t_update,
                            M.TIME_DIAGNOSTICS: t_diag, M.TIME_STEP: t_all,
