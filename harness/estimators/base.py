@@ -163,7 +163,10 @@ class Estimator:
     # helpers for subclasses
     @staticmethod
     def plain(ctx: OldPolicyContext, logp: Tensor, **kw) -> OldPolicy:
-        return OldPolicy(logp=logp.detach(), weight=logp.new_ones(logp.shape), mask=ctx.mask.clone(), **kw)
+        """pi_old = ``logp`` (detached; 0 where the response mask is 0: an observation or padding position's
+        log-prob is never used, and may not even be finite there), weight 1, the response mask."""
+        logp = logp.detach().masked_fill(ctx.mask == 0, 0.0)
+        return OldPolicy(logp=logp, weight=logp.new_ones(logp.shape), mask=ctx.mask.clone(), **kw)
 
     # declarations read by the rest of the harness
     @classmethod
