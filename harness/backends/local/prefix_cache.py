@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Hashable
 
 import torch
@@ -88,16 +89,39 @@ def turn_hits(sizes: Tensor, finish: Tensor, share: float) -> Tensor:
     return hits.to(sizes.device)
 
 
+@dataclass
+class Refill:
+    """What the cache did between the turns of one rollout: the rows that missed [S, B], and the fresh
+    call's routing of the refilled positions 0..c-1 (None for a dense model)."""
+
+    miss: Tensor
+    selected: Tensor | None  # [S, B, c, L, k]
+    router_logp: Tensor | None  # [S, B, c, L, E]
+
+
+def between_turns(engine, cache, context: Tensor, turn1: Tensor, stop: int, pad: int) -> Refill:
+    """The tool runs: every row's ``context`` [S, B, c] (positions 0..c-1: what ``cache`` holds) waits in a
+    cache of ``engine.cfg.prefix_cache_capacity``; entries are sized by their tokens that are not ``pad``,
+    used last at the decode step of their turn-1 stop token (``turn1`` [S, B, C], no stop: the slot's end).
+    The rows that missed have their context re-prefilled (``refill``)."""
+    sizes = (context != pad).sum(-1)
+    stopped = turn1 == stop
+    finish = torch.where(stopped.any(-1), stopped.int().argmax(-1), turn1.shape[-1] - 1)
+    miss = ~turn_hits(sizes, finish, engine.cfg.prefix_cache_capacity)
+    return Refill(miss, *refill(engine, cache, context, miss))
+
+
 def refill(engine, cache, tokens: Tensor, miss: Tensor) -> tuple[Tensor | None, Tensor | None]:
     """Re-prefill the contexts ``tokens`` [S, B, c] (positions 0..c-1, what ``cache`` holds) of the rows
     that missed (``miss`` [S, B]) in one fresh engine call, and write their K and V into ``cache`` (an
-    ``inference_engine._Cache``). Returns the fresh call's selected experts [S, B, c, L, k] and router
+    ``inference_engine._Cache``). The call draws from the engine's own ``cache_gens``, so the rows that hit
+    are bitwise those of a full cache. Returns the call's selected experts [S, B, c, L, k] and router
     log-probs [S, B, c, L, E] (None for a dense model); only the missed rows' are meant to be used."""
     from harness.backends.local.inference_engine import _Cache, _Call
 
     c = tokens.shape[-1]
     fresh = _Cache()
-    call = _Call(engine.cfg, engine.noise_gens, 1, engine.r)  # a new engine step: its own split-K, orders, noise
+    call = _Call(engine.cfg, engine.cache_gens, 1, engine.r)  # a new engine step: its own split-K, orders, noise
     _, rl, sel = engine._forward(call, tokens, 0, fresh, c)
     m = miss.view(*miss.shape, 1, 1, 1)  # [S, B, H, c, hd]
     for li in range(len(cache.k)):
@@ -106,18 +130,45 @@ def refill(engine, cache, tokens: Tensor, miss: Tensor) -> tuple[Tensor | None, 
     return sel, rl
 
 
-def replace_routing(routed: Tensor, router_logp: Tensor | None, miss: Tensor, sel: Tensor, rl: Tensor | None,
-                    mode: str) -> tuple[Tensor, Tensor | None]:
-    """The routing a missed row's context positions carry after the refill: the recomputation's
-    (``recompute``) or none, -1 (``missing``). ``routed`` [S, B, T, L, k] covers positions 0..T-1,
-    ``sel`` [S, B, c, L, k] the refilled ones 0..c-1. ``router_logp`` (diagnostics only) takes the
-    recomputation's in both modes: it is what the engine computed."""
-    c = sel.shape[2]
-    m = miss.view(*miss.shape, 1, 1, 1)
+#: where a position's recorded (replayed) routing comes from: ``Rollout.routing_origin`` [B, T]
+SAMPLED, RECOMPUTED_SAME, RECOMPUTED_OTHER, MISSING = 0, 1, 2, 3
+
+
+def replay_routing(routed: Tensor, router_logp: Tensor | None, refill: "Refill | None", prompt_len: int,
+                   mode: str) -> tuple[Tensor, Tensor | None, Tensor]:
+    """The routing a rollout records after the cache: (routed experts [S, B, T, L, k], router log-probs
+    [S, B, R, L, E], origin [S, B, T] int8). A missed row's refilled positions 0..c-1 carry the
+    recomputation's experts (``recompute``: RECOMPUTED_SAME where every layer's set equals the sampling-time
+    one, else RECOMPUTED_OTHER) or -1 (``missing``: MISSING); every other position is SAMPLED. The router
+    log-probs (diagnostics only; positions prompt_len-1..T-2) take the recomputation's in both modes: they
+    are what the engine computed."""
+    origin = torch.full(routed.shape[:3], SAMPLED, dtype=torch.int8, device=routed.device)
+    if refill is None or refill.selected is None or not refill.miss.any():
+        return routed, router_logp, origin
+    sel, c = refill.selected, refill.selected.shape[2]
+    m = refill.miss[:, :, None]  # [S, B, 1]
+    same = (sel.sort(-1).values == routed[:, :, :c].sort(-1).values).all(-1).all(-1)  # [S, B, c]
+    if mode == "recompute":
+        origin[:, :, :c] = torch.where(m, torch.where(same, RECOMPUTED_SAME, RECOMPUTED_OTHER), SAMPLED).to(origin)
+    else:
+        origin[:, :, :c] = torch.where(m, MISSING, SAMPLED).to(origin)
     new = sel if mode == "recompute" else torch.full_like(sel, -1)
     routed = routed.clone()
-    routed[:, :, :c] = torch.where(m, new, routed[:, :, :c])
-    if router_logp is not None and rl is not None:
+    routed[:, :, :c] = torch.where(m[..., None, None], new, routed[:, :, :c])
+    if router_logp is not None and refill.router_logp is not None:
+        first = prompt_len - 1  # router_logp[:, :, j] is position first + j
         router_logp = router_logp.clone()
-        router_logp[:, :, :c] = torch.where(m, rl, router_logp[:, :, :c])
-    return routed, router_logp
+        router_logp[:, :, :c - first] = torch.where(m[..., None, None], refill.router_logp[:, :, first:c],
+                                                    router_logp[:, :, :c - first])
+    return routed, router_logp, origin
+
+
+def replay_coverage(tokens: Tensor, origin: Tensor, pad: int) -> tuple[Tensor, Tensor]:
+    """Per seed [S]: (coverage, drift) over the positions whose routing R3 replays (every processed position,
+    0..T-2, that is not ``pad``): coverage = the share replayed with their sampling-time routing (SAMPLED),
+    drift = the share replayed with a recomputed routing that chose other experts in some layer."""
+    counted = (tokens[..., :-1] != pad).float()
+    o = origin[..., :-1]
+    total = counted.flatten(1).sum(1).clamp(min=1.0)
+    share = lambda k: ((o == k).float() * counted).flatten(1).sum(1) / total  # noqa: E731
+    return share(SAMPLED), share(RECOMPUTED_OTHER)
