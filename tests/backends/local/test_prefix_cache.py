@@ -208,3 +208,24 @@ def test_training_engine_routes_missing_positions_with_its_own_top_k(lookup):
     known = ~none
     known[:, -1] = False
     assert torch.equal(out.selected[known], roll.routed_experts[known])  # the replay everywhere else
+
+
+@pytest.mark.parametrize("mode", ["recompute", "missing"])
+def test_r3_under_partial_replay_coverage_trains_through_harness_run(tiny_overrides, mode):
+    from mlflow.tracking import MlflowClient
+
+    from harness import metrics as M
+    from harness.run import execute
+
+    cfg = load(tiny_overrides("task=lookup", "estimator=r3", "inference.prefix_cache_capacity=0.3",
+                              f"inference.replay_on_miss={mode}", "task.warmstart.max_steps=3", steps=2, name=mode))
+    assert cfg.signature != load(tiny_overrides("task=lookup", "estimator=r3")).signature
+    summary = execute(cfg, progress=False)
+    assert summary.status == "finished" and summary.steps_done == 2
+    client = MlflowClient(cfg.tracking_uri)
+    hist = {k: [m.value for m in sorted(client.get_metric_history(summary.run_id, k), key=lambda m: m.step)]
+            for k in (M.MOE_REPLAY_COVERAGE, M.MOE_REPLAY_DRIFT, M.POLICY_LOSS, M.REWARD_MEAN)}
+    assert all(len(v) == 2 for v in hist.values()), hist
+    assert all(0 < c < 1 for c in hist[M.MOE_REPLAY_COVERAGE])  # part of the context was evicted every step
+    assert all(abs(v) < float("inf") for v in hist[M.POLICY_LOSS])
+    assert all((d == 0) == (mode == "missing") for d in hist[M.MOE_REPLAY_DRIFT])
