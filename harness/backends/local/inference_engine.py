@@ -437,6 +437,13 @@ class InferenceEngine:
             routers.append(rl[:, :, rl.shape[2] - predicting:])
         return logits
 
+    def prefill(self, tokens: Tensor, gens: list[torch.Generator]) -> tuple[_Cache, Tensor | None, Tensor | None]:
+        """One fresh engine call over ``tokens`` [S, B, t] at positions 0..t-1 into a new cache, its random draws
+        from ``gens``: (the cache, router log-probs [S, B, t, L, E], selected experts [S, B, t, L, k])."""
+        cache = _Cache()
+        _, rl, sel = self._forward(_Call(self.cfg, gens, 1, self.r), tokens, 0, cache, tokens.shape[-1])
+        return cache, rl, sel
+
     @torch.no_grad()
     def generate_turns(self, prompts: Tensor, tool, length: int, answer_len: int) -> Rollout:
         """The multi-turn rollout of a tool task (module docstring): prompts [B, P] or [S, B, P] ->

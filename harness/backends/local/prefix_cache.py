@@ -117,12 +117,8 @@ def refill(engine, cache, tokens: Tensor, miss: Tensor) -> tuple[Tensor | None, 
     ``inference_engine._Cache``). The call draws from the engine's own ``cache_gens``, so the rows that hit
     are bitwise those of a full cache. Returns the call's selected experts [S, B, c, L, k] and router
     log-probs [S, B, c, L, E] (None for a dense model); only the missed rows' are meant to be used."""
-    from harness.backends.local.inference_engine import _Cache, _Call
-
     c = tokens.shape[-1]
-    fresh = _Cache()
-    call = _Call(engine.cfg, engine.cache_gens, 1, engine.r)  # a new engine step: its own split-K, orders, noise
-    _, rl, sel = engine._forward(call, tokens, 0, fresh, c)
+    fresh, rl, sel = engine.prefill(tokens, engine.cache_gens)  # a new engine step: its own split-K, orders, noise
     m = miss.view(*miss.shape, 1, 1, 1)  # [S, B, H, c, hd]
     for li in range(len(cache.k)):
         for old, new in ((cache.k[li], fresh.k[li]), (cache.v[li], fresh.v[li])):
