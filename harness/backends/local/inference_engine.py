@@ -46,6 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from harness.backends.local import prefix_cache
 from harness.backends.local.model import Policy, PolicyPack, rope_tables, stacked_weights
 from harness.config import InferenceConfig
 from harness.tasks.vocab import CALL_END, EOS, PAD
@@ -61,11 +62,14 @@ class Rollout:
     routed_experts: Tensor | None  # [B, T, L, k], -1 at the last position (never processed)
     router_logp: Tensor | None  # [B, R, L, E] router log-probs at the predicting positions
     mask: Tensor | None = None  # [B, R] 1 = a token the policy sampled (multi-turn only; None = all)
+    # [B, T] int8, multi-turn MoE only: where each position's recorded routing comes from (prefix_cache.SAMPLED,
+    # RECOMPUTED_SAME, RECOMPUTED_OTHER after a prefix-cache miss, MISSING with replay_on_miss=missing)
+    routing_origin: Tensor | None = None
 
     def map(self, fn) -> "Rollout":
         """The rollout with ``fn`` applied to every tensor field (None stays None)."""
         return Rollout(*(None if v is None else fn(v) for v in (self.tokens, self.logp, self.routed_experts,
-                                                                 self.router_logp, self.mask)))
+                                                                 self.router_logp, self.mask, self.routing_origin)))
 
 
 def rounder(dtype: torch.dtype):
@@ -187,6 +191,9 @@ class InferenceEngine:
         self.device = torch.device(device)
         self.sample_gens = [torch.Generator(self.device).manual_seed(s * 1000 + 1) for s in seeds]
         self.noise_gens = [torch.Generator(self.device).manual_seed(s * 1000 + 2) for s in seeds]
+        # the prefix cache's refills between turns (prefix_cache.refill): their own draws, so that the rows that hit
+        # are bitwise those of a full cache
+        self.cache_gens = [torch.Generator(self.device).manual_seed(s * 1000 + 7) for s in seeds]
         d, frozen = self.mcfg.d_model, {"router": [], "logits": []}
         for s in seeds:
             g = torch.Generator().manual_seed(s * 1000 + 6)
@@ -218,11 +225,14 @@ class InferenceEngine:
         self.w = w
 
     def state(self, s: int = 0) -> dict:
-        return {"sample_gen": self.sample_gens[s].get_state(), "noise_gen": self.noise_gens[s].get_state()}
+        return {"sample_gen": self.sample_gens[s].get_state(), "noise_gen": self.noise_gens[s].get_state(),
+                "cache_gen": self.cache_gens[s].get_state()}
 
     def load_state(self, state: dict, s: int = 0) -> None:
         self.sample_gens[s].set_state(state["sample_gen"])
         self.noise_gens[s].set_state(state["noise_gen"])
+        if "cache_gen" in state:  # checkpoints written before the prefix cache have none (and never drew from it)
+            self.cache_gens[s].set_state(state["cache_gen"])
 
     # ------------------------------------------------------------------------------- forward
     def _rms(self, call: _Call, x: Tensor, weight: Tensor) -> Tensor:
@@ -427,6 +437,13 @@ class InferenceEngine:
             routers.append(rl[:, :, rl.shape[2] - predicting:])
         return logits
 
+    def prefill(self, tokens: Tensor, gens: list[torch.Generator]) -> tuple[_Cache, Tensor | None, Tensor | None]:
+        """One fresh engine call over ``tokens`` [S, B, t] at positions 0..t-1 into a new cache, its random draws
+        from ``gens``: (the cache, router log-probs [S, B, t, L, E], selected experts [S, B, t, L, k])."""
+        cache = _Cache()
+        _, rl, sel = self._forward(_Call(self.cfg, gens, 1, self.r), tokens, 0, cache, tokens.shape[-1])
+        return cache, rl, sel
+
     @torch.no_grad()
     def generate_turns(self, prompts: Tensor, tool, length: int, answer_len: int) -> Rollout:
         """The multi-turn rollout of a tool task (module docstring): prompts [B, P] or [S, B, P] ->
@@ -462,9 +479,19 @@ class InferenceEngine:
         turn(0, c, CALL_END, step(prompts, 0, 1))
         calls = tokens[:, :, p:p + c].flatten(0, 1)
         tokens[:, :, p + c:p + c + o] = tool.observe(prompts.flatten(0, 1), calls).view(s_, b, o).to(tokens.dtype)
-        # the call's last token and the observation, appended to the same cache: prompt + call are not recomputed
+        refill = None
+        if self.cfg.prefix_cache_capacity < 1:  # while the tool runs, the contexts wait in a cache that may evict
+            refill = prefix_cache.between_turns(self, cache, tokens[:, :, :p + c - 1], tokens[:, :, p:p + c],
+                                                CALL_END, PAD)
+        # the call's last token and the observation, appended to the same cache: a hit does not recompute the
+        # prompt and the call (a miss has them re-prefilled by the refill above)
         turn(c + o, answer_len, EOS, step(tokens[:, :, p + c - 1:p + c + o], p + c - 1, o + 1))
-        roll = Rollout(tokens, logp, *self._routing(routed, routers), mask)
+        routed_experts, router_logp = self._routing(routed, routers)
+        origin = None
+        if routed_experts is not None:
+            routed_experts, router_logp, origin = prefix_cache.replay_routing(routed_experts, router_logp, refill, p,
+                                                                              self.cfg.replay_on_miss)
+        roll = Rollout(tokens, logp, routed_experts, router_logp, mask, origin)
         return roll.map(lambda v: v[0]) if single else roll
 
     @torch.no_grad()

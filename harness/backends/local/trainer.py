@@ -30,11 +30,13 @@ from harness import metrics as M
 from harness.backends.local.inference_engine import InferenceEngine, Rollout
 from harness.backends.local.model import PolicyPack
 from harness.backends.local.optim import PackAdamW
+from harness.backends.local.prefix_cache import replay_coverage
 from harness.backends.local.tasks import Task
 from harness.backends.local.train_engine import TrainEngine
 from harness.backends.local.warmstart import warm_start
 from harness.config import RunConfig
 from harness.estimators.base import OldPolicy, PolicyForward
+from harness.tasks.vocab import PAD
 
 
 def grpo_advantages(reward: Tensor, group_size: int, eps: float = 1e-6) -> Tensor:
@@ -263,9 +265,15 @@ class PackTrainer:
             pl = self.task.prompt_len
             roll_sel = roll.routed_experts[:, pl - 1:-1].sort(-1).values
             flips = (roll_sel != rec.selected.sort(-1).values).any(-1).any(-1).float()
-            out[M.MOE_ROUTING_FLIP_RATE] = _token_mean(seeds(flips), policy)
+            known = policy  # a position left without routing (replay_on_miss=missing) has no rollout routing to compare
+            if policy is not None:
+                known = policy * seeds((roll_sel >= 0).all(-1).all(-1).float())
+            out[M.MOE_ROUTING_FLIP_RATE] = _token_mean(seeds(flips), known)
             p_roll = roll.router_logp
             out[M.MOE_ROUTER_KL] = _token_mean(seeds((p_roll.exp() * (p_roll - rec.router_logp)).sum(-1)), policy)
+        if roll.routing_origin is not None:  # multi-turn MoE: what the prefix cache left of the sampling-time routing
+            out[M.MOE_REPLAY_COVERAGE], out[M.MOE_REPLAY_DRIFT] = replay_coverage(seeds(roll.tokens),
+                                                                                  seeds(roll.routing_origin), PAD)
 
         diag = self.cfg.diagnostics
         if diag.noise_passes >= 2:

@@ -200,6 +200,10 @@ def validate(cfg: "RunConfig") -> "RunConfig":
     for key, off in (("router_noise_sigma", 0.0), ("logit_noise_sigma", 0.0), ("bias_delta", 1.0)):
         _require(getattr(i, key) == off, f"inference.{key}",
                  f"controlled perturbations exist only in the local inference engine; on verl it must stay {off}")
+    for key, off in (("prefix_cache_capacity", 1.0), ("replay_on_miss", "recompute")):
+        _require(getattr(i, key) == off, f"inference.{key}",
+                 f"the prefix-cache capacity is simulated only by the local inference engine (vLLM sizes its own "
+                 f"cache); on verl it must stay {off}")
     needs = estimators.get(e.name).needs
     _require(i.batch_variance or i.deterministic or needs.deterministic, "inference.batch_variance",
              "vLLM is batch-invariant only in full-determinism mode: set inference.deterministic=true "
