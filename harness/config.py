@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from harness import backends, estimators, tasks
-from harness.backends.verl.config import VerlConfig
+from harness.backends.verl.config import LATER_KEYS as VERL_LATER_KEYS, VerlConfig
 from harness.errors import ConfigError  # noqa: F401  (re-exported: ``from harness.config import ConfigError``)
 from harness.errors import one_of as _one_of, require as _require
 from harness.uri import resolve_tracking_uri
@@ -185,7 +185,8 @@ def signature(spec: dict[str, Any], length: int = 10) -> str:
     The ``estimator`` section keeps ``name`` and the six parameters of the original estimators
     (``harness.estimators.LEGACY_PARAMS``: n, clip_c, level, alpha, beta, gamma_min; null when unused), as
     every stored run was signed; a parameter registered later enters the signature only when set (not null),
-    so adding an estimator never changes the signature of an existing spec."""
+    so adding an estimator never changes the signature of an existing spec. The same holds for the verl keys
+    added later (``harness.backends.verl.config.LATER_KEYS``, e.g. ``verl.tools``)."""
     ident = {k: v for k, v in spec.items() if k not in NON_IDENTITY_KEYS}
     if isinstance(ident.get("estimator"), dict):
         ident["estimator"] = {k: v for k, v in ident["estimator"].items()
@@ -193,6 +194,8 @@ def signature(spec: dict[str, Any], length: int = 10) -> str:
     if (spec.get("backend") or {}).get("name") != "verl":
         ident.pop("verl", None)
         ident["local_numerics"] = LOCAL_NUMERICS
+    elif isinstance(ident.get("verl"), dict):  # a verl key added later enters only when set
+        ident["verl"] = {k: v for k, v in ident["verl"].items() if v is not None or k not in VERL_LATER_KEYS}
     if isinstance(ident.get("trainer"), dict):  # where a run can resume, not what it computes
         ident["trainer"] = {k: v for k, v in ident["trainer"].items() if k != "checkpoint_every"}
     blob = json.dumps(ident, sort_keys=True, separators=(",", ":"), default=str)
