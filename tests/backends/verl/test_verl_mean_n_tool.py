@@ -121,8 +121,16 @@ def test_translation_of_a_multi_turn_mean_n_spec(spec):
     # the same spec without tools: single-turn, no multi_turn key emitted, and the signature it had before verl.tools
     plain = spec("estimator=mean_n", MOE, "estimator.n=6")
     single = translate.overrides(plain, "c")
-    assert not any(".multi_turn." in o for o in single)
-    assert "actor_rollout_ref.rollout.agent.default_agent_loop=harness_mean_n" in single
+    multi = translate.overrides(cfg, "c")
+    R = "actor_rollout_ref.rollout"
+
+    def what(items):  # the overrides that are not the run's identity (signature, its folder and name)
+        ids = (plain.signature, cfg.signature, plain.group_signature, cfg.group_signature)
+        return {o for o in items if not any(i in o for i in ids)}
+
+    assert what(multi) - what(single) == {f"{R}.agent.default_agent_loop=harness_mean_n_tool", f"{R}.multi_turn.enable=true",
+                                          f"{R}.multi_turn.function_tool_path={translate.ROOT}/harness/backends/verl/tools.py"}
+    assert what(single) - what(multi) == {f"{R}.agent.default_agent_loop=harness_mean_n"}
     assert cfg.signature != plain.signature
     d = plain.to_dict()
     d["verl"].pop("tools")
@@ -247,3 +255,13 @@ def test_shipped_tool_schema_is_generated_by_verl():
     schema = tool.tool_schema.model_dump(exclude_none=True)
     assert schema["function"]["name"] == "add" and schema["function"]["parameters"]["required"] == ["a", "b"]
     assert asyncio.run(tool.call(json.loads(CALL)["arguments"])) == "5"
+
+
+def test_preflight_names_a_missing_tool_file(spec, tmp_path):
+    from harness.backends.verl import runner
+
+    with pytest.raises(runner.VerlUnavailable, match=f"verl.tools file {tmp_path}/tools.py is missing"):
+        runner.preflight(spec("estimator=mean_n", MOE, f"verl.tools={tmp_path}/tools.py"))
+    with pytest.raises(runner.VerlUnavailable) as err:  # the shipped one is there
+        runner.preflight(spec("estimator=mean_n", MOE, TOOLS))
+    assert "verl.tools" not in str(err.value)
