@@ -19,7 +19,8 @@ scored concurrently. What remains to measure on a GPU is how much the passes the
 (``scripts/verl_pass_variance.py``, ``make verl-pass-variance``). The log-mean-exp of the n per-token log-probs replaces the response's
 rollout log-probs, and the run uses verl's bypass mode (``rollout_correction.bypass_mode=true``),
 so this is pi_old in the PPO ratio, with no training forward. The sampling pass's own log-probs are
-kept in ``extra_fields["harness_sampling_logprobs"]``.
+kept in ``extra_fields["harness_sampling_logprobs"]``. ``MeanNRescoring`` (the passes, log-mean-exp, 0.0 where
+the response mask is 0) is shared with the multi-turn loop ``harness_mean_n_tool`` (plugins/mean_n_tool.py).
 
 vLLM's prompt log-probs are the model's distribution before the sampler, so validate() requires
 temperature 1 and no top-k with mean_n. Greedy (temperature 0) validation rollouts are not
