@@ -5,7 +5,9 @@ docs/metrics.md's metric table is generated from `CATALOGUE` (``python -m harnes
 
 Notation per response token (docs/design.md section 2): ``logp_roll`` the inference engine's
 sampling log-prob, ``logp_rec`` the training engine's log-prob under the pre-update weights,
-``logp_old`` the estimator's IS denominator, ``logp_new`` the weights being optimised.
+``logp_old`` the estimator's IS denominator, ``logp_new`` the weights being optimised. "Response tokens" are
+those the policy sampled: a multi-turn rollout's observation and padding enter no metric (docs/design.md
+section 2, "Masks").
 """
 from __future__ import annotations
 

@@ -75,7 +75,7 @@ class Task:
         return torch.cat([calls, obs, answers], 1), targets
 
     def sample(self, n: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
-        """n prompts [n, P] and their reference answers [n, R]."""
+        """n prompts [n, P] and their reference answers [n, A] (a multi-turn task: of the answer slot)."""
         return self.spec.sample(n, self.cfg.length, gen)
 
     def reward(self, responses: Tensor, answers: Tensor) -> tuple[Tensor, Tensor]:
