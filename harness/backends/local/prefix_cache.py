@@ -22,9 +22,12 @@ At turn 2 a **hit** resumes from the cached KV (the plain multi-turn path, bitwi
 re-prefills the whole context in a fresh engine call (its own split-K, combine orders and noise):
 its KV and, with ``replay_on_miss=recompute``, its routing replace the sampling-time ones, as in
 production; with ``missing`` the routing of those positions is -1 (the training engine then routes
-them with its own top-k, ``train_engine.route``). ``refill`` runs that call over *every* row and
-keeps the missed rows' results: the shapes, and so the random draws, never depend on which rows
-missed, so a seed's rollout is the same alone or in a seed pack.
+them with its own top-k, ``train_engine.route``). The observation is then prefilled for every row in
+the one turn-2 step, hit or miss (a production engine would batch a miss's context and observation into
+one prefill; here the context's recomputation is its own call, the observation's is shared). ``refill``
+runs over *every* row and keeps the missed rows' results, with its own generator (``cache_gens``): the
+shapes and draws never depend on which rows missed, so a row that hits is bitwise the full cache's row
+and a seed's rollout is the same alone or in a seed pack.
 """
 from __future__ import annotations
 
@@ -35,9 +38,6 @@ from typing import Hashable
 
 import torch
 from torch import Tensor
-
-REPLAY_ON_MISS = ("recompute", "missing")
-
 
 class LRUCache:
     """Entries of a size (in tokens) under a token capacity, evicted least recently used first."""
