@@ -68,8 +68,9 @@ def default_tracking_uri() -> str:
 
 
 def default_metrics() -> tuple[str, ...]:
-    """The histories the report needs."""
-    return (M.REWARD_MEAN, M.POLICY_LOSS, M.MISMATCH_K3, M.TIME_STEP)
+    """The histories the report needs (``moe/replay_coverage``: empty for runs that never log it, i.e. every
+    single-turn run)."""
+    return (M.REWARD_MEAN, M.POLICY_LOSS, M.MISMATCH_K3, M.TIME_STEP, M.MOE_REPLAY_COVERAGE)
 
 
 @dataclass
@@ -232,6 +233,8 @@ def load_experiment(
 
     histories = _load_histories(client, list(runs["run_id"]), metrics, threads)
     for metric in metrics:
+        if metric in M.MULTI_TURN_ONLY:  # logged by multi-turn MoE runs only: absent elsewhere by design
+            continue
         missing = [r for r in runs["run_id"] if not len(histories[metric].get(r, ()))]
         if len(runs) and missing:
             which = "any run" if len(missing) == len(runs) else f"{len(missing)} of {len(runs)} runs"

@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from harness import curves
+from harness import metrics as M
 
 from .config import AnalysisConfig
 from .load import Experiment
@@ -52,7 +53,7 @@ MEASURE_COLUMNS = (
     "run_id", "label", "seed", "first_step", "last_step", "n_steps", "r0", "peak", "peak_step", "final", "drop",
     "auc", "noise_sd", "margin", "collapsed", "collapse_kind", "onset", "onset_kind", "dips", "dip_step", "cp_onset",
     "collapse_time", "target", "converged", "converge_step",
-    "converge_time", "kl_mean", "step_time",
+    "converge_time", "kl_mean", "step_time", "coverage_mean",
 )
 
 
@@ -299,6 +300,9 @@ def measure_experiment(exp: Experiment, cfg: AnalysisConfig, target: float | Non
         tm = exp.series(cfg.time_metric, run.run_id).to_numpy(dtype=float)
         tm = tm[np.isfinite(tm)]
         row["step_time"] = float(tm.mean()) if len(tm) else math.nan
+        cov = exp.series(M.MOE_REPLAY_COVERAGE, run.run_id).to_numpy(dtype=float)
+        cov = cov[np.isfinite(cov)]
+        row["coverage_mean"] = float(cov.mean()) if len(cov) else math.nan  # multi-turn runs only
         rows.append(row)
         if len(reward):
             smoothed[run.run_id] = (reward.index.to_numpy(), smooth(reward.to_numpy(float), cfg.smooth_window, cfg.smooth_kind))

@@ -3,7 +3,8 @@
 
 - ``summary``: one row per group: runs, final / peak / AUC as IQM [CI], persistent-collapse count and
   rate (Wilson CI), runs with transient dips only, Kaplan-Meier median collapse onset (rule) and median change-point onset, convergence
-  count and Kaplan-Meier median convergence step, IQM of the mean ``mismatch/k3``, mean seconds/step.
+  count and Kaplan-Meier median convergence step, IQM of the mean ``mismatch/k3``, on multi-turn runs the IQM
+  of the mean ``moe/replay_coverage``, mean seconds/step.
 - ``runs``: every measure of every run (the data behind everything else).
 - ``poi``: probability of improvement P(row > column) of the final reward between groups (n/a when a
   group has fewer than 2 seeds).
@@ -141,6 +142,7 @@ def summary_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig) 
     rows, data = [], []
     perts = {label: _perturbations(exp, label) for label in exp.labels}
     show_pert = any(perts.values())
+    show_cov = measures["coverage_mean"].notna().any() if "coverage_mean" in measures else False
     for k, label in enumerate(exp.labels):
         g = measures[measures["label"] == label]
         seed = cfg.seed + k
@@ -161,6 +163,7 @@ def summary_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig) 
         kl = iqm(g["kl_mean"].dropna().to_numpy(float))
         st = g["step_time"].dropna()
         step_time = float(st.mean()) if len(st) else math.nan
+        cov = iqm(g["coverage_mean"].dropna().to_numpy(float)) if show_cov else math.nan
         rows.append({
             "group": label,
             **({"perturbation": perts[label] or "none"} if show_pert else {}),
@@ -175,6 +178,7 @@ def summary_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig) 
             "converged": f"{k_conv}/{n}",
             "conv. step (KM median)": fmt_step(conv_med),
             "k3 (IQM)": fmt_sci(kl),
+            **({"replay coverage (IQM)": fmt(cov)} if show_cov else {}),
             "s/step": fmt(step_time, 2),
         })
         data.append({
@@ -184,7 +188,7 @@ def summary_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig) 
             "onset_km_median": onset_med, "cp_onset_median": cp_med,
             "converged": k_conv, "converge_km_median": conv_med,
             "target": float(g["target"].iloc[0]) if n else math.nan,
-            "kl_iqm": kl, "step_time_mean": step_time,
+            "kl_iqm": kl, "step_time_mean": step_time, "replay_coverage_iqm": cov,
         })
     t = Table("summary", f"Summary per group (IQM across seeds [{cfg.ci:.0%} CI])", pd.DataFrame(rows),
               pd.DataFrame(data), cfg.describe(), short_footer=cfg.describe_short())
