@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from harness import backends, estimators, tasks
-from harness.backends.verl.config import VerlConfig
+from harness.backends.verl.config import LATER_KEYS as VERL_LATER_KEYS, VerlConfig
 from harness.errors import ConfigError  # noqa: F401  (re-exported: ``from harness.config import ConfigError``)
 from harness.errors import one_of as _one_of, require as _require
 from harness.uri import resolve_tracking_uri
@@ -194,7 +194,8 @@ def signature(spec: dict[str, Any], length: int = 10) -> str:
     (``harness.estimators.LEGACY_PARAMS``: n, clip_c, level, alpha, beta, gamma_min; null when unused), as
     every stored run was signed; a parameter registered later enters the signature only when set (not null),
     so adding an estimator never changes the signature of an existing spec. Likewise a key in ``LATE_DEFAULTS``
-    (added after runs were stored) enters it only when set to another value than its default."""
+    (added after runs were stored) enters it only when set to another value than its default, and a verl key
+    added later (``harness.backends.verl.config.LATER_KEYS``, e.g. ``verl.tools``) only when set (not null)."""
     ident = {k: v for k, v in spec.items() if k not in NON_IDENTITY_KEYS}
     if isinstance(ident.get("estimator"), dict):
         ident["estimator"] = {k: v for k, v in ident["estimator"].items()
@@ -202,6 +203,8 @@ def signature(spec: dict[str, Any], length: int = 10) -> str:
     if (spec.get("backend") or {}).get("name") != "verl":
         ident.pop("verl", None)
         ident["local_numerics"] = LOCAL_NUMERICS
+    elif isinstance(ident.get("verl"), dict):  # a verl key added later enters only when set
+        ident["verl"] = {k: v for k, v in ident["verl"].items() if v is not None or k not in VERL_LATER_KEYS}
     for section, defaults in LATE_DEFAULTS.items():
         if isinstance(ident.get(section), dict):
             ident[section] = {k: v for k, v in ident[section].items() if k not in defaults or v != defaults[k]}

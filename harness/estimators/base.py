@@ -127,6 +127,9 @@ class Verl:
     #: rollout_correction fields beyond the defaults (IS weight, rejection sampling), from the Params
     correction: Optional[Callable[[Any], dict[str, Any]]] = None
     agent_loop: Optional[str] = None  # the rollout's agent loop (registered by our plugins)
+    #: its multi-turn variant on verl's ToolAgentLoop, used when the spec sets ``verl.tools``; an estimator with
+    #: an ``agent_loop`` but no ``tool_agent_loop`` is refused there (ConfigError), never run single-turn
+    tool_agent_loop: Optional[str] = None
     loss_mode: str = "vanilla"  # actor.policy_loss.loss_mode
     env: Optional[Callable[[Any], dict[str, str]]] = None  # the workers' environment, from the Params
     harness: Optional[Callable[[Any], dict[str, Any]]] = None  # ``+harness.<k>`` keys read by our plugins
