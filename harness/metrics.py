@@ -74,8 +74,9 @@ CATALOGUE: dict[str, str] = {
     MOE_REPLAY_COVERAGE: "multi-turn tasks: share of the positions whose routing R3 replays (every processed "
                          "non-padding position) that carry their sampling-time routing, not one recomputed after a "
                          "prefix-cache eviction or left missing (1.0 with a full cache; absent on single-turn tasks)",
-    MOE_REPLAY_DRIFT: "multi-turn tasks: share of those positions replayed with a recomputed routing whose top-k set "
-                      "differs, in some layer, from the sampling-time one (0 with a full cache or replay_on_miss=missing)",
+    MOE_REPLAY_DRIFT: "multi-turn tasks: share of those positions replayed with a recomputed routing whose top-k "
+                      "set differs, in some layer, from the sampling-time one (0 with a full cache or "
+                      "replay_on_miss=missing)",
     NOISE_VAR_ROLLOUT: "variance of the inference engine's token log-prob over repeated scorings",
     TIME_ROLLOUT: "seconds spent generating the rollout batch",
     TIME_OLD_LOGPROB: "seconds spent by the estimator computing pi_old (its cost)",
