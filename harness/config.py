@@ -32,6 +32,9 @@ NON_IDENTITY_KEYS = ("tracking", "launcher", "out_dir")
 #: the local kernels changes a curve bitwise, so that runs computed by older kernels are never found as
 #: "finished" for the new code, nor pooled with its runs (2: grouped expert GEMMs, seed packs, batched mean_n)
 LOCAL_NUMERICS = 2
+#: keys added after runs were stored, with the value every older run computed with: such a key enters the
+#: signature only when set to another value, so adding it moves no existing signature (docs/design.md section 1)
+LATE_DEFAULTS: dict[tuple[str, str], Any] = {("inference", "top_p"): 1.0}
 
 
 def _estimator_config() -> type:
@@ -96,6 +99,7 @@ class InferenceConfig:
     batch_variance: bool = True  # split-K of the matmuls varies with batch composition
     temperature: float = 1.0
     top_k: int = 0  # sampler top-k, 0 = off
+    top_p: float = 1.0  # sampler nucleus (after temperature and top-k, vLLM's order), 1 = off
     logprobs_mode: str = "processed"  # processed (the sampled distribution) | raw (before the sampler)
     # explicit perturbations (off by default, always logged)
     router_noise_sigma: float = 0.0  # N(0, sigma^2) on router logits before top-k, fresh per call
@@ -185,7 +189,8 @@ def signature(spec: dict[str, Any], length: int = 10) -> str:
     The ``estimator`` section keeps ``name`` and the six parameters of the original estimators
     (``harness.estimators.LEGACY_PARAMS``: n, clip_c, level, alpha, beta, gamma_min; null when unused), as
     every stored run was signed; a parameter registered later enters the signature only when set (not null),
-    so adding an estimator never changes the signature of an existing spec."""
+    so adding an estimator never changes the signature of an existing spec; likewise a config key added later
+    (``LATE_DEFAULTS``) enters only when set to a value other than the one older runs computed with."""
     ident = {k: v for k, v in spec.items() if k not in NON_IDENTITY_KEYS}
     if isinstance(ident.get("estimator"), dict):
         ident["estimator"] = {k: v for k, v in ident["estimator"].items()
@@ -193,6 +198,9 @@ def signature(spec: dict[str, Any], length: int = 10) -> str:
     if (spec.get("backend") or {}).get("name") != "verl":
         ident.pop("verl", None)
         ident["local_numerics"] = LOCAL_NUMERICS
+    for (section, key), default in LATE_DEFAULTS.items():
+        if isinstance(ident.get(section), dict) and ident[section].get(key, default) == default:
+            ident[section] = {k: v for k, v in ident[section].items() if k != key}
     if isinstance(ident.get("trainer"), dict):  # where a run can resume, not what it computes
         ident["trainer"] = {k: v for k, v in ident["trainer"].items() if k != "checkpoint_every"}
     blob = json.dumps(ident, sort_keys=True, separators=(",", ":"), default=str)
@@ -337,6 +345,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     _one_of(i.dtype, DTYPES, "inference.dtype")
     _one_of(i.logprobs_mode, ("processed", "raw"), "inference.logprobs_mode")
     _require(i.temperature > 0, "inference.temperature", f"must be > 0, got {i.temperature}")
+    _require(0 < i.top_p <= 1, "inference.top_p", f"must be in (0, 1] (1 = off), got {i.top_p}")
     for k in ("router_noise_sigma", "logit_noise_sigma"):
         _require(getattr(i, k) >= 0, f"inference.{k}", f"must be >= 0, got {getattr(i, k)}")
     _require(i.bias_delta > 0, "inference.bias_delta", f"must be > 0, got {i.bias_delta}")

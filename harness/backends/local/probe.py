@@ -40,7 +40,7 @@ def probe(cfg: RunConfig, n: int = 8, sequences: int = 256) -> ProbeResult:
     policy = policy.to(device)
     infer = InferenceEngine(policy, cfg.inference, cfg.seed, device)
     tokens = infer.generate(prompts.to(device), task.answer_len).tokens
-    train = TrainEngine(policy)
+    train = TrainEngine(policy, cfg.inference.temperature)
     inf = infer.score(tokens, task.prompt_len, n)  # [n, B, R]
     trn = torch.stack([train.logprobs(tokens, task.prompt_len).logp for _ in range(n)])
     return ProbeResult(

@@ -128,12 +128,9 @@ class PackTrainer:
         policies, self.warmstarts = zip(*(warm_start(cfg.model, cfg.task, s) for s in self.seeds))
         self.warmstarts = list(self.warmstarts)
         self.policy = PolicyPack.of(list(policies)).to(device)
-        self.train = TrainEngine(self.policy)
+        self.train = TrainEngine(self.policy, cfg.inference.temperature)
         self.estimator = estimators.build(cfg.estimator)
-        icfg = cfg.inference
-        if self.estimator.needs.deterministic:
-            icfg = dataclasses.replace(icfg, deterministic=True)
-        self.infer = InferenceEngine(self.policy, icfg, self.seeds, device)
+        self.infer = InferenceEngine(self.policy, self.estimator.inference(cfg.inference), self.seeds, device)
         self.task = Task(cfg.task)
         self.data_gens = [torch.Generator().manual_seed(s * 1000 + 3) for s in self.seeds]
         self.shuffle_gens = [torch.Generator().manual_seed(s * 1000 + 4) for s in self.seeds]

@@ -196,6 +196,17 @@ def test_hydra_values_round_trip_through_composition(spec):
     assert translate.hydra_value("0.5_5.0") == '"0.5_5.0"' and translate.hydra_value("true") == '"true"'
 
 
+def test_sampler_reaches_vllm_and_the_actor_uses_its_temperature(spec):
+    """One temperature for both engines: verl's legacy trainer passes ``rollout.temperature`` to the actor
+    (``meta_info["temperature"]``), which divides its logits by it; top-k / top-p reach vLLM only."""
+    cfg = spec("estimator=tis", MOE, "inference.temperature=0.7", "inference.top_k=20", "inference.top_p=0.9",
+               "inference.logprobs_mode=raw")
+    r = translate.verl_config(cfg).actor_rollout_ref.rollout
+    assert (r.temperature, r.top_k, r.top_p, r.logprobs_mode) == (0.7, 20, 0.9, "raw_logprobs")
+    r = translate.verl_config(spec("estimator=tis", MOE)).actor_rollout_ref.rollout
+    assert (r.temperature, r.top_k, r.top_p, r.logprobs_mode) == (1.0, -1, 1.0, "processed_logprobs")
+
+
 def test_dual_clip_is_off_by_default_as_in_the_harness_loss(spec):
     a = translate.verl_config(spec("estimator=recompute", MOE), check=False).actor_rollout_ref.actor
     assert a.clip_ratio_c >= 1e29
