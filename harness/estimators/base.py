@@ -156,6 +156,11 @@ class Estimator:
     def old_policy(self, ctx: OldPolicyContext) -> OldPolicy:
         raise NotImplementedError
 
+    def inference(self, icfg: Any) -> Any:
+        """The inference engine's config (``InferenceConfig``) this estimator's runs use: the spec's, in
+        deterministic mode where ``needs.deterministic``; an estimator may change more (``deterministic``)."""
+        return dataclasses.replace(icfg, deterministic=True) if self.needs.deterministic else icfg
+
     def ratio(self, logp_new: Tensor, old: OldPolicy, new: PolicyForward) -> Tensor:
         """The PPO ratio r = pi_new / pi_old; RAIS rescales it."""
         return (logp_new - old.logp).exp()

@@ -69,6 +69,7 @@ def test_headline_dry_run(capsys):
     (["estimator=tis", "model=qwen3_4b", "verl.parallel.recompute=full"], "verl.parallel.recompute", "megatron"),
     (["estimator=mean_n", "inference.temperature=0.7", "model=qwen3_30b_a3b"], "inference.temperature", "prompt_logprobs"),
     (["estimator=mean_n", "inference.top_p=0.9", "model=qwen3_30b_a3b"], "inference.temperature", "top_p=0.9"),
+    (["estimator=deterministic", "estimator.noise=frozen", "model=qwen3_30b_a3b"], "estimator.noise", "frozen"),
     (["estimator=tis", "model=moe_tiny"], "model.path", "checkpoint"),
     (["estimator=tis", "model=qwen3_30b_a3b", "inference.logit_noise_sigma=0.1"], "inference.logit_noise_sigma", "local"),
     (["estimator=tis", "model=qwen3_30b_a3b", "trainer.lr=1e-3"], "trainer.lr", "1e-6"),
