@@ -23,6 +23,7 @@ MISMATCH_REC_K1 = "mismatch/rec_k1"
 MISMATCH_REC_K3 = "mismatch/rec_k3"
 MISMATCH_PROB_DIFF_MAX = "mismatch/prob_diff_max"
 MISMATCH_PROB_DIFF_MEAN = "mismatch/prob_diff_mean"
+MISMATCH_BIAS_SQ = "mismatch/bias_sq"
 IS_WEIGHT_MEAN = "is/weight_mean"
 IS_WEIGHT_MAX = "is/weight_max"
 IS_ESS = "is/ess"
@@ -59,13 +60,16 @@ CATALOGUE: dict[str, str] = {
     MISMATCH_REC_K3: "k3 with logp_rec in place of logp_old (train-inference mismatch)",
     MISMATCH_PROB_DIFF_MAX: "max |p_rec - p_roll| over response tokens",
     MISMATCH_PROB_DIFF_MEAN: "mean |p_rec - p_roll| over response tokens",
+    MISMATCH_BIAS_SQ: "(logp_rec - mean_i logp_inf[i])^2, token mean over the noise passes' sequences: the bias term "
+                      "of E_i[(logp_rec - logp_inf[i])^2] = bias_sq + noise/var_rollout (its variance term)",
     IS_WEIGHT_MEAN: "mean effective IS weight w * exp(logp_rec - logp_old) at the start of the update",
     IS_WEIGHT_MAX: "max of that weight (its tail)",
     IS_ESS: "normalised effective sample size (sum w)^2 / (N sum w^2) of that weight",
     IS_MASKED_FRAC: "share of response tokens the estimator masked (MIS, IcePop)",
     MOE_ROUTING_FLIP_RATE: "share of tokens whose top-k set differs between rollout and training, any layer",
     MOE_ROUTER_KL: "KL(router_rollout || router_train), mean over tokens and layers",
-    NOISE_VAR_ROLLOUT: "variance of the inference engine's token log-prob over repeated scorings",
+    NOISE_VAR_ROLLOUT: "Var_i(logp_inf[i]) over diagnostics.noise_passes fresh scorings, token mean: the variance "
+                       "term of the mean squared train-inference log-ratio (mismatch/bias_sq the bias term)",
     TIME_ROLLOUT: "seconds spent generating the rollout batch",
     TIME_OLD_LOGPROB: "seconds spent by the estimator computing pi_old (its cost)",
     TIME_UPDATE: "seconds spent in the PPO updates",

@@ -103,6 +103,17 @@ class Batch:
     t_rollout: float  # wall seconds of the generate call
 
 
+def mismatch_bias_sq(logp_rec: Tensor, logp_inf: Tensor) -> Tensor:
+    """The bias term of the mean squared train-inference log-ratio, per seed: logp_rec [S, B, R], n passes
+    logp_inf [S, n, B, R] -> [S]. Per token, exactly (population variance over the n passes):
+
+        mean_i (logp_rec - logp_inf[i])^2 = (logp_rec - mean_i logp_inf[i])^2 + Var_i(logp_inf[i])
+                                          =              bias_sq               +  noise/var_rollout
+
+    both averaged over the tokens of the diagnostic sequences."""
+    return (logp_rec - logp_inf.mean(1)).pow(2).flatten(1).mean(1)
+
+
 def _seed_mean(x: Tensor, mask: Tensor) -> Tensor:
     """Masked mean within each seed's slice: [S, ...] -> [S]."""
     dims = tuple(range(1, x.dim()))
@@ -263,6 +274,7 @@ class PackTrainer:
             rows = seeds(roll.tokens)[:, : diag.noise_sequences]
             s = self.infer.score(rows, self.task.prompt_len, diag.noise_passes, generator=self.diag_gens)
             out[M.NOISE_VAR_ROLLOUT] = s.var(1, unbiased=False).flatten(1).mean(1)
+            out[M.MISMATCH_BIAS_SQ] = mismatch_bias_sq(seeds(rec.logp)[:, : diag.noise_sequences], s)
         return out
 
     def _update(self, tokens: Tensor, pl: int, adv: Tensor, old: OldPolicy) -> dict[str, Tensor]:
