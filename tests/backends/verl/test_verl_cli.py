@@ -179,7 +179,7 @@ def test_ablation_verl_sweep_validates():
     sweep = pytest.importorskip("harness.launch.sweep", reason="harness.launch.sweep not available")
     path = ROOT / "sweeps" / "ablation_verl.yaml"
     runs = sweep.validate(sweep.load_spec(path, []))
-    assert len(runs) == 24 and len({r.signature for r in runs}) == 24
+    assert len(runs) == 27 and len({r.signature for r in runs}) == 27
     mapped = {e for e in estimators.NAMES if estimators.get(e).verl is not None}
     assert {r.cfg.estimator.name for r in runs} == mapped - {"rais"}  # rais on verl is experimental (verl.experimental_rais)
     for r in runs:
