@@ -74,6 +74,10 @@ def test_deterministic_removes_the_noise_sources_or_freezes_them():
     assert est("rollout").inference(icfg) is icfg and not icfg.deterministic  # the spec's own is untouched
     with pytest.raises(ConfigError, match="removed, frozen"):
         est("deterministic", noise="fresh")
+    from harness.estimators import label
+
+    assert [label("deterministic", {"noise": v}) for v in ("removed", "frozen", None)] == [
+        "deterministic(removed)", "deterministic(frozen)", "deterministic"]  # None: an old run's tags
 
 
 def test_no_deterministic_spec_has_the_signature_of_the_old_frozen_runs():
