@@ -24,6 +24,7 @@ MISMATCH_REC_K3 = "mismatch/rec_k3"
 MISMATCH_PROB_DIFF_MAX = "mismatch/prob_diff_max"
 MISMATCH_PROB_DIFF_MEAN = "mismatch/prob_diff_mean"
 MISMATCH_BIAS_SQ = "mismatch/bias_sq"
+MISMATCH_OUTSIDE_SUPPORT = "mismatch/outside_support_frac"
 IS_WEIGHT_MEAN = "is/weight_mean"
 IS_WEIGHT_MAX = "is/weight_max"
 IS_ESS = "is/ess"
@@ -62,6 +63,9 @@ CATALOGUE: dict[str, str] = {
     MISMATCH_PROB_DIFF_MEAN: "mean |p_rec - p_roll| over response tokens",
     MISMATCH_BIAS_SQ: "(logp_rec - mean_i logp_inf[i])^2, token mean over the noise passes' sequences: the bias term "
                       "of E_i[(logp_rec - logp_inf[i])^2] = bias_sq + noise/var_rollout (its variance term)",
+    MISMATCH_OUTSIDE_SUPPORT: "share of the diagnostic passes' token scores with probability 0 (processed mode with "
+                              "top-k/top-p: the sampled token outside that pass's nucleus); those tokens are left out "
+                              "of bias_sq and var_rollout",
     IS_WEIGHT_MEAN: "mean effective IS weight w * exp(logp_rec - logp_old) at the start of the update",
     IS_WEIGHT_MAX: "max of that weight (its tail)",
     IS_ESS: "normalised effective sample size (sum w)^2 / (N sum w^2) of that weight",

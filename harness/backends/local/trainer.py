@@ -103,15 +103,26 @@ class Batch:
     t_rollout: float  # wall seconds of the generate call
 
 
-def mismatch_bias_sq(logp_rec: Tensor, logp_inf: Tensor) -> Tensor:
-    """The bias term of the mean squared train-inference log-ratio, per seed: logp_rec [S, B, R], n passes
-    logp_inf [S, n, B, R] -> [S]. Per token, exactly (population variance over the n passes):
+def noise_terms(logp_rec: Tensor, logp_inf: Tensor) -> dict[str, Tensor]:
+    """The noise and bias terms of the mean squared train-inference log-ratio, per seed, from n diagnostic
+    passes: logp_rec [S, B, R], logp_inf [S, n, B, R] -> {name: [S]}. Per token, exactly (population variance):
 
         mean_i (logp_rec - logp_inf[i])^2 = (logp_rec - mean_i logp_inf[i])^2 + Var_i(logp_inf[i])
-                                          =              bias_sq               +  noise/var_rollout
+                                          =      mismatch/bias_sq               +  noise/var_rollout
 
-    both averaged over the tokens of the diagnostic sequences."""
-    return (logp_rec - logp_inf.mean(1)).pow(2).flatten(1).mean(1)
+    token means over the diagnostic sequences. With top-k / top-p in ``processed`` mode a pass can give the
+    sampled token probability 0 (log-prob -inf: outside that pass's nucleus): such tokens are left out of both
+    terms (a seed without any keeps the plain token mean, bitwise) and counted in
+    ``mismatch/outside_support_frac``."""
+    var, bias = logp_inf.var(1, unbiased=False), (logp_rec - logp_inf.mean(1)).pow(2)
+    finite = torch.isfinite(logp_inf).all(1)  # [S, B, R]
+    plain = finite.flatten(1).all(1)
+
+    def mean(x: Tensor) -> Tensor:
+        return torch.where(plain, x.flatten(1).mean(1), _seed_mean(x.masked_fill(~finite, 0.0), finite.float()))
+
+    return {M.NOISE_VAR_ROLLOUT: mean(var), M.MISMATCH_BIAS_SQ: mean(bias),
+            M.MISMATCH_OUTSIDE_SUPPORT: (~torch.isfinite(logp_inf)).float().flatten(1).mean(1)}
 
 
 def _seed_mean(x: Tensor, mask: Tensor) -> Tensor:
@@ -273,8 +284,7 @@ class PackTrainer:
         if diag.noise_passes >= 2:
             rows = seeds(roll.tokens)[:, : diag.noise_sequences]
             s = self.infer.score(rows, self.task.prompt_len, diag.noise_passes, generator=self.diag_gens)
-            out[M.NOISE_VAR_ROLLOUT] = s.var(1, unbiased=False).flatten(1).mean(1)
-            out[M.MISMATCH_BIAS_SQ] = mismatch_bias_sq(seeds(rec.logp)[:, : diag.noise_sequences], s)
+            out.update(noise_terms(seeds(rec.logp)[:, : diag.noise_sequences], s))
         return out
 
     def _update(self, tokens: Tensor, pl: int, adv: Tensor, old: OldPolicy) -> dict[str, Tensor]:

@@ -35,15 +35,27 @@ def test_loss_gradient_flows_only_through_the_ratio():
 
 
 def test_mismatch_bias_and_variance_terms_add_up_to_the_mean_squared_log_ratio():
-    from harness.backends.local.trainer import mismatch_bias_sq
+    from harness.backends.local.trainer import noise_terms
 
     g = torch.Generator().manual_seed(0)
     rec = torch.randn(2, 5, 7, generator=g)  # [S, B, R]
     inf = rec[:, None] + 0.3 + 0.5 * torch.randn(2, 4, 5, 7, generator=g)  # [S, n, B, R]: a bias and noise
     total = (rec[:, None] - inf).pow(2).mean(1).flatten(1).mean(1)  # E_i[(logp_rec - logp_inf[i])^2]
-    var = inf.var(1, unbiased=False).flatten(1).mean(1)  # noise/var_rollout, as the trainer computes it
-    torch.testing.assert_close(mismatch_bias_sq(rec, inf) + var, total)
-    torch.testing.assert_close(mismatch_bias_sq(rec, rec[:, None].expand_as(inf)), torch.zeros(2))
+    t = noise_terms(rec, inf)
+    torch.testing.assert_close(t["mismatch/bias_sq"] + t["noise/var_rollout"], total)
+    assert torch.equal(t["noise/var_rollout"], inf.var(1, unbiased=False).flatten(1).mean(1))  # as before, bitwise
+    assert torch.equal(t["mismatch/outside_support_frac"], torch.zeros(2))
+    torch.testing.assert_close(noise_terms(rec, rec[:, None].expand_as(inf).clone())["mismatch/bias_sq"], torch.zeros(2))
+    # seed 1: one pass gives token (0, 0) probability 0 (outside its nucleus): that token leaves both terms
+    cut = inf.clone()
+    cut[1, 2, 0, 0] = float("-inf")
+    c = noise_terms(rec, cut)
+    keep = torch.ones(5, 7, dtype=torch.bool)
+    keep[0, 0] = False
+    want = ((rec[1] - inf[1].mean(0)).pow(2))[keep].mean()
+    torch.testing.assert_close(c["mismatch/bias_sq"][1], want)
+    assert torch.equal(c["mismatch/bias_sq"][0], t["mismatch/bias_sq"][0])  # the other seed: untouched
+    torch.testing.assert_close(c["mismatch/outside_support_frac"], torch.tensor([0.0, 1 / (4 * 5 * 7)]))
 
 
 _DIAG = ["trainer.prompts_per_step=8", "trainer.group_size=4", "trainer.num_minibatches=2", "task.warmstart.max_steps=3",
