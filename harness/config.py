@@ -35,7 +35,7 @@ LOCAL_NUMERICS = 2
 #: keys added after runs were stored, with their defaults: a key enters the signature only when set to another
 #: value, so every spec that leaves it alone keeps the signature it was stored under
 LATE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "inference": {"prefix_cache_capacity": 1.0, "replay_on_miss": "recompute"},
+    "inference": {"prefix_cache_capacity": 1.0, "replay_on_miss": "recompute", "top_p": 1.0},
 }
 
 
@@ -101,6 +101,7 @@ class InferenceConfig:
     batch_variance: bool = True  # split-K of the matmuls varies with batch composition
     temperature: float = 1.0
     top_k: int = 0  # sampler top-k, 0 = off
+    top_p: float = 1.0  # sampler nucleus (after temperature and top-k, vLLM's order), 1 = off
     logprobs_mode: str = "processed"  # processed (the sampled distribution) | raw (before the sampler)
     # explicit perturbations (off by default, always logged)
     router_noise_sigma: float = 0.0  # N(0, sigma^2) on router logits before top-k, fresh per call
@@ -352,6 +353,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     _one_of(i.dtype, DTYPES, "inference.dtype")
     _one_of(i.logprobs_mode, ("processed", "raw"), "inference.logprobs_mode")
     _require(i.temperature > 0, "inference.temperature", f"must be > 0, got {i.temperature}")
+    _require(0 < i.top_p <= 1, "inference.top_p", f"must be in (0, 1] (1 = off), got {i.top_p}")
     for k in ("router_noise_sigma", "logit_noise_sigma"):
         _require(getattr(i, k) >= 0, f"inference.{k}", f"must be >= 0, got {getattr(i, k)}")
     _require(i.bias_delta > 0, "inference.bias_delta", f"must be > 0, got {i.bias_delta}")

@@ -25,6 +25,8 @@ MISMATCH_REC_K1 = "mismatch/rec_k1"
 MISMATCH_REC_K3 = "mismatch/rec_k3"
 MISMATCH_PROB_DIFF_MAX = "mismatch/prob_diff_max"
 MISMATCH_PROB_DIFF_MEAN = "mismatch/prob_diff_mean"
+MISMATCH_BIAS_SQ = "mismatch/bias_sq"
+MISMATCH_OUTSIDE_SUPPORT = "mismatch/outside_support_frac"
 IS_WEIGHT_MEAN = "is/weight_mean"
 IS_WEIGHT_MAX = "is/weight_max"
 IS_ESS = "is/ess"
@@ -65,6 +67,11 @@ CATALOGUE: dict[str, str] = {
     MISMATCH_REC_K3: "k3 with logp_rec in place of logp_old (train-inference mismatch)",
     MISMATCH_PROB_DIFF_MAX: "max |p_rec - p_roll| over response tokens",
     MISMATCH_PROB_DIFF_MEAN: "mean |p_rec - p_roll| over response tokens",
+    MISMATCH_BIAS_SQ: "(logp_rec - mean_i logp_inf[i])^2, token mean over the noise passes' sequences: the bias term "
+                      "of E_i[(logp_rec - logp_inf[i])^2] = bias_sq + noise/var_rollout (its variance term)",
+    MISMATCH_OUTSIDE_SUPPORT: "share of the diagnostic passes' token scores with probability 0 (processed mode with "
+                              "top-k/top-p: the sampled token outside that pass's nucleus); those tokens are left out "
+                              "of bias_sq and var_rollout",
     IS_WEIGHT_MEAN: "mean effective IS weight w * exp(logp_rec - logp_old) at the start of the update",
     IS_WEIGHT_MAX: "max of that weight (its tail)",
     IS_ESS: "normalised effective sample size (sum w)^2 / (N sum w^2) of that weight",
@@ -77,7 +84,8 @@ CATALOGUE: dict[str, str] = {
     MOE_REPLAY_DRIFT: "multi-turn tasks: share of those positions replayed with a recomputed routing whose top-k "
                       "set differs, in some layer, from the sampling-time one (0 with a full cache or "
                       "replay_on_miss=missing)",
-    NOISE_VAR_ROLLOUT: "variance of the inference engine's token log-prob over repeated scorings",
+    NOISE_VAR_ROLLOUT: "Var_i(logp_inf[i]) over diagnostics.noise_passes fresh scorings, token mean: the variance "
+                       "term of the mean squared train-inference log-ratio (mismatch/bias_sq the bias term)",
     TIME_ROLLOUT: "seconds spent generating the rollout batch",
     TIME_OLD_LOGPROB: "seconds spent by the estimator computing pi_old (its cost)",
     TIME_UPDATE: "seconds spent in the PPO updates",

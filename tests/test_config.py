@@ -32,6 +32,8 @@ def test_group_overrides_and_estimator_knobs():
     (["model=dense_tiny", "estimator=r3"], "estimator", "router"),
     (["inference.dtype=int8"], "inference.dtype", "bfloat16"),
     (["model=nope"], "model", "moe_tiny"),
+    (["inference.top_p=0"], "inference.top_p", "(0, 1]"),
+    (["inference.top_p=1.5"], "inference.top_p", "(0, 1]"),
 ])
 def test_bad_values_name_the_key(overrides, key, text):
     with pytest.raises(ConfigError) as err:
@@ -118,3 +120,16 @@ def test_prefix_cache_knobs_enter_the_signature_only_when_set():
                                                           ["inference.prefix_cache_capacity=0.5",
                                                            "inference.replay_on_miss=missing"])}
     assert len(sigs) == 3 and base.signature not in sigs
+
+
+def test_a_late_key_enters_the_signature_only_off_its_old_default():
+    """``inference.top_p`` came after runs were stored: at 1.0 (what they computed with) the signature is the one
+    the stores know, another value is another spec (harness.config.LATE_DEFAULTS)."""
+    import harness.config as C
+
+    a = load([])
+    assert load(["inference.top_p=1.0"]).signature == a.signature
+    assert load(["inference.top_p=0.9"]).signature != a.signature
+    spec = a.to_dict()
+    del spec["inference"]["top_p"]  # the spec of a run stored before the key existed
+    assert C.signature(spec) == a.signature

@@ -21,7 +21,8 @@ run labels, analysis labels and palette, the verl translation and the tests read
 **Composing** (the seam for e.g. mean_n's denominator with a TIS weight): ``old_policy`` returns the
 denominator and the weight separately, so a composed estimator is a subclass whose ``old_policy`` takes
 another estimator's :class:`OldPolicy` and replaces its ``weight``/``mask`` (:meth:`OldPolicy.with_weight`),
-with ``Params`` inheriting both parameter dataclasses. None ships yet.
+with ``Params`` inheriting both parameter dataclasses (``mean_n_tis``: mean_n's denominator estimate inside TIS).
+An estimator may also change the inference engine it runs with (``Estimator.inference``: ``deterministic``).
 
 This module imports no torch at import time (only tensor methods are used), so that ``harness.config``
 can read the registry cheaply.
@@ -158,6 +159,11 @@ class Estimator:
 
     def old_policy(self, ctx: OldPolicyContext) -> OldPolicy:
         raise NotImplementedError
+
+    def inference(self, icfg: Any) -> Any:
+        """The inference engine's config (``InferenceConfig``) this estimator's runs use: the spec's, in
+        deterministic mode where ``needs.deterministic``; an estimator may change more (``deterministic``)."""
+        return dataclasses.replace(icfg, deterministic=True) if self.needs.deterministic else icfg
 
     def ratio(self, logp_new: Tensor, old: OldPolicy, new: PolicyForward) -> Tensor:
         """The PPO ratio r = pi_new / pi_old; RAIS rescales it."""

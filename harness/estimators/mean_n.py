@@ -49,10 +49,11 @@ class Passes(Params):
 
 def _verl_check(cfg) -> None:
     i = cfg.inference
-    if not (i.temperature == 1.0 and i.top_k == 0):
+    if not (i.temperature == 1.0 and i.top_k == 0 and i.top_p == 1.0):
         raise ConfigError("inference.temperature", "mean_n re-scores with vLLM prompt_logprobs, which are the model's "
-                          f"raw distribution: with temperature={i.temperature}, top_k={i.top_k} they would not be the "
-                          "sampling distribution. Use temperature 1.0 and top_k 0 with mean_n on verl")
+                          f"raw distribution: with temperature={i.temperature}, top_k={i.top_k}, top_p={i.top_p} they "
+                          "would not be the sampling distribution. Use temperature 1.0, top_k 0 and top_p 1.0 with "
+                          "mean_n on verl")
     if i.deterministic:
         raise ConfigError("inference.deterministic", "mean_n averages n re-scoring passes whose numerics differ by "
                           "batch composition; a batch-invariant vLLM (full determinism) makes every pass identical, "

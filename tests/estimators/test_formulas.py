@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.config import EstimatorConfig
+from harness.config import ConfigError, EstimatorConfig
 from harness.estimators import NAMES, PolicyForward, build
 from harness.estimators.mean_n import log_mean_prob
 from harness.estimators.rais import rais_ratio, router_shift_gamma
@@ -50,13 +50,45 @@ def test_registry_finds_every_shipped_estimator():
 
 
 def test_rollout_and_deterministic_use_the_sampling_logprob_and_no_training_forward():
-    for name in ("rollout", "deterministic"):
+    for name, kw in (("rollout", {}), ("deterministic", {"noise": "removed"}), ("deterministic", {"noise": "frozen"})):
         ctx = Ctx(ROLL, REC)
-        old = est(name).old_policy(ctx)
+        old = est(name, **kw).old_policy(ctx)
         torch.testing.assert_close(old.logp, ROLL)
         assert ctx.calls == [] and torch.all(old.weight == 1)
-    assert build(EstimatorConfig("deterministic")).needs.deterministic
+    assert build(EstimatorConfig("deterministic", noise="removed")).needs.deterministic
     assert not build(EstimatorConfig("rollout")).needs.deterministic
+
+
+def test_deterministic_removes_the_noise_sources_or_freezes_them():
+    """``removed``: deterministic mode with the noise knobs off (only precision differs from training);
+    ``frozen``: deterministic mode keeping them (the engine freezes them: a biased arm). Nothing else moves."""
+    from harness.config import load
+
+    icfg = load(["inference.router_noise_sigma=1.0", "inference.logit_noise_sigma=0.5",
+                 "inference.bias_delta=0.7"]).inference
+    removed = est("deterministic", noise="removed").inference(icfg)
+    assert removed.deterministic and (removed.router_noise_sigma, removed.logit_noise_sigma) == (0.0, 0.0)
+    assert removed.bias_delta == 0.7 and removed.dtype == icfg.dtype  # a bias is not noise; precision stays
+    frozen = est("deterministic", noise="frozen").inference(icfg)
+    assert frozen.deterministic and (frozen.router_noise_sigma, frozen.logit_noise_sigma) == (1.0, 0.5)
+    assert est("rollout").inference(icfg) is icfg and not icfg.deterministic  # the spec's own is untouched
+    with pytest.raises(ConfigError, match="removed, frozen"):
+        est("deterministic", noise="fresh")
+    from harness.estimators import label
+
+    assert [label("deterministic", {"noise": v}) for v in ("removed", "frozen", None)] == [
+        "deterministic(removed)", "deterministic(frozen)", "deterministic"]  # None: an old run's tags
+
+
+def test_no_deterministic_spec_has_the_signature_of_the_old_frozen_runs():
+    """Runs stored before issue 15 signed ``deterministic`` without ``noise`` and meant the frozen projection:
+    both arms now sign their ``noise``, so neither answers with an old run."""
+    from harness.config import load, signature
+
+    old = load(["estimator=deterministic"]).to_dict()
+    del old["estimator"]["noise"]  # how the old runs were signed (the estimator had no parameters)
+    new = {load(["estimator=deterministic", f"estimator.noise={v}"]).signature for v in ("removed", "frozen")}
+    assert signature(old) not in new and len(new) == 2
 
 
 def test_recompute():
@@ -132,3 +164,35 @@ def test_rais_ratio_hook_uses_current_router_and_detaches_gamma():
     r.sum().backward()
     assert new_router.grad is None or torch.all(new_router.grad == 0)
     assert logp_new.grad is not None and logp_new.grad.abs().sum() > 0
+
+
+# two passes whose mean probability is exactly ROLL's: [[.2, .3], [.4, .5]] and [[.3, .3], [.6, .3]]
+PASSES = L(torch.tensor([[[0.2, 0.3], [0.4, 0.5]], [[0.3, 0.3], [0.6, 0.3]]]))
+
+
+def test_mean_n_tis_is_tis_with_the_mean_n_probability_in_the_denominator():
+    """w = min(pi_rec / pi_mean_n, C), pi_mean_n = mean of the passes' probabilities (here = ROLL's), so the
+    ratios are [[2, 3], [1.2, 1.0]] as in the TIS test; the sampling pass's own log-prob is never read."""
+    far = torch.full_like(ROLL, math.log(0.9))  # a logp_roll that would give other weights
+    ctx = Ctx(far, REC, scores=PASSES)
+    old = est("mean_n_tis", n=2, clip_c=2.5, level="token").old_policy(ctx)
+    torch.testing.assert_close(old.logp, REC)
+    torch.testing.assert_close(old.weight, torch.tensor([[2.0, 2.5], [1.2, 1.0]]))
+    assert ctx.calls == [("recompute", None), ("score", 2)] and torch.all(old.mask == 1)
+    old = est("mean_n_tis", n=2, clip_c=2.5, level="sequence").old_policy(Ctx(far, REC, scores=PASSES))
+    torch.testing.assert_close(old.weight, torch.tensor([[2.5, 2.5], [1.2, 1.2]]))  # min(6, 2.5), min(1.2, 2.5)
+    # with n = 1 the single pass is the denominator: pi_rec / p1 = [[2.5, 3], [1.5, 0.8]]
+    old = est("mean_n_tis", n=1, clip_c=10.0, level="token").old_policy(Ctx(far, REC, scores=PASSES))
+    torch.testing.assert_close(old.weight, torch.tensor([[2.5, 3.0], [1.5, 0.8]]))
+
+
+def test_mean_n_tis_checks_both_parameter_sets():
+    with pytest.raises(ConfigError, match="estimator.n"):
+        est("mean_n_tis", n=0, clip_c=2.0, level="token")
+    with pytest.raises(ConfigError, match="estimator.clip_c"):
+        est("mean_n_tis", n=4, clip_c=1.0, level="token")
+    with pytest.raises(ConfigError, match="estimator.level"):
+        est("mean_n_tis", n=4, clip_c=2.0, level="word")
+    from harness.estimators import label
+
+    assert label("mean_n_tis", {"n": 8, "clip_c": 2.0, "level": "sequence"}) == "mean_n_tis(n=8,C=2,sequence)"

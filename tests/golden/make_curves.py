@@ -6,10 +6,12 @@ from harness.backends.local.trainer import LocalTrainer
 from harness.estimators import NAMES
 ARGS = ["trainer.steps=3", "trainer.prompts_per_step=4", "trainer.group_size=4", "trainer.num_minibatches=2",
         "task.warmstart.max_steps=3", "task.warmstart.batch_size=8", "diagnostics.noise_passes=2", "diagnostics.noise_sequences=4"]
-EXTRA = {"mean_n": ["estimator.n=3"]}
+EXTRA = {"mean_n": ["estimator.n=3"], "mean_n_tis": ["estimator.n=3"]}
+#: arms beyond each estimator's default spec: name -> overrides
+ARMS = {"deterministic(frozen)": ["estimator=deterministic", "estimator.noise=frozen"]}
 out = {}
-for name in NAMES:
-    cfg = load([f"estimator={name}", *ARGS, *EXTRA.get(name, [])])
+for name, overrides in [*((n, [f"estimator={n}", *EXTRA.get(n, [])]) for n in NAMES), *ARMS.items()]:
+    cfg = load([*overrides, *ARGS])
     torch.manual_seed(0)
     tr = LocalTrainer(cfg, torch.device("cpu"))
     steps = [tr.run_step() for _ in range(cfg.trainer.steps)]

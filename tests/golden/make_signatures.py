@@ -13,8 +13,9 @@ for path in sorted(glob.glob("sweeps/*.yaml")):
         print("skip", path, e, file=sys.stderr); continue
     for r in runs:
         out[f"{path}|{' '.join(r.overrides)}"] = r.cfg.signature
-for name in ["rollout","recompute","tis","mis","icepop","r3","mean_n","rais","deterministic"]:
+for name in ["rollout","recompute","tis","mis","icepop","r3","mean_n","rais","deterministic","mean_n_tis"]:
     cfg = load([f"estimator={name}"])
     out[f"default|estimator={name}"] = cfg.signature
+out["default|estimator=deterministic estimator.noise=frozen"] = load(["estimator=deterministic", "estimator.noise=frozen"]).signature
 json.dump(out, open(sys.argv[1] if len(sys.argv) > 1 else "tests/golden/signatures.json", "w"), indent=0, sort_keys=True)
 print(len(out))

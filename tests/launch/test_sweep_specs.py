@@ -38,10 +38,10 @@ def test_same_spec_in_two_experiments_is_two_runs():
 
 def test_ablation_is_every_estimator_times_five_seeds():
     runs = runs_of("ablation")
-    assert len(runs) == 45
+    assert len(runs) == 5 * len(ESTIMATORS) == 50
     assert Counter(r.cfg.estimator.name for r in runs) == {e: 5 for e in ESTIMATORS}
     assert {r.cfg.seed for r in runs} == {0, 1, 2, 3, 4}
-    assert len({r.signature for r in runs}) == 45
+    assert len({r.signature for r in runs}) == 50
     assert all(r.cfg.tracking.experiment == "ablation" for r in runs)
     assert all(r.cfg.run_dir == ROOT / "runs" / "ablation" / r.signature for r in runs)
     assert all(r.cfg.trainer.checkpoint_every == 10 for r in runs)

@@ -19,17 +19,22 @@
 - explicit perturbations, off by default (docs/design.md section 3): router-logit noise before top-k,
   output-logit noise, and a biased down-weighting of low-probability tokens. The two noise knobs
   draw fresh N(0, sigma^2) per call; in ``deterministic`` mode they become *frozen*: the same
-  scale, but a fixed function of the hidden state (a fixed random projection), so a deterministic
-  engine still differs from the training engine but no longer from itself (deterministic inference
-  removes run-to-run variance, not the train-inference mismatch).
+  scale, but a fixed function of the hidden state (a fixed random projection), so the engine no
+  longer differs from itself but carries a large fixed bias (the ``deterministic(frozen)`` arm).
+  Deterministic inference proper (the ``deterministic`` estimator, ``noise: removed``) runs this
+  mode with both noise knobs at 0 (``Estimator.inference``): precision is the only difference left.
 
 Independent calls can share one batched forward: every activation carries a leading *call* axis
 G, and each call keeps its own split-K factor, combine orders and noise draws (``_Call``). That is
 how ``score(tokens, n)`` runs its n passes as one forward over n x B rows.
 
-``generate`` returns tokens, the sampling log-probs (``logprobs_mode``: ``processed`` = the exact
-distribution sampled from; ``raw`` = before temperature/top-k) and the routed experts per token and
-layer. ``score(tokens, n)`` returns n independent scorings.
+``generate`` returns tokens, the sampling log-probs (``logprobs_mode``, as vLLM's: ``processed`` = the
+exact distribution sampled from, after temperature, top-k and top-p (``sampler_logp``); ``raw`` = the
+model's log-softmax before them) and the routed experts per token and layer. ``score(tokens, n)``
+returns n independent scorings in the same mode. vLLM's ``prompt_logprobs`` (what verl's mean_n loop
+re-scores with) are always the raw distribution whatever ``logprobs_mode`` (docs/engines.md, "Sampler"):
+here ``processed`` scoring applies the sampler, so that mean_n estimates the distribution actually sampled
+from; verl runs mean_n only where the two agree (T = 1, no top-k / top-p).
 
 ``generate_turns`` is the multi-turn rollout of a tool task (``harness.tasks.base.Tool``, a fixed slot layout
 ``call | observation | answer``): decode the call (each row stops at CALL_END and then emits PAD, not
@@ -77,6 +82,29 @@ def rounder(dtype: torch.dtype):
     if dtype == torch.float32:
         return lambda x: x
     return lambda x: x.to(dtype).float()
+
+
+def sampler_logp(logp: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> Tensor:
+    """The processed distribution over the last axis, in vLLM's order (``vllm/v1/sample/sampler.py``:
+    temperature, then ``apply_top_k_top_p``), as log-probs (-inf outside the support):
+
+        l    = log_softmax(logp / T)                                  (T = 1: unchanged)
+        top-k: l_v = -inf where l_v < (k-th largest l)                  (ties kept), renormalised
+        top-p: sort ascending, c_j = cumsum_j exp(l_(j)); drop the tokens with c_j <= 1 - p
+               (the largest always kept), renormalised
+
+    so top-p keeps the smallest head of the (top-k-truncated) distribution whose mass reaches p."""
+    if temperature != 1.0:
+        logp = torch.log_softmax(logp / temperature, -1)
+    if top_k > 0:
+        kth = logp.topk(top_k, -1).values[..., -1:]
+        logp = torch.log_softmax(logp.masked_fill(logp < kth, float("-inf")), -1)
+    if top_p < 1.0:
+        sorted_, idx = logp.sort(-1)  # ascending, as vLLM
+        drop = sorted_.exp().cumsum(-1) <= 1 - top_p
+        drop[..., -1] = False
+        logp = torch.log_softmax(logp.masked_fill(drop.scatter(-1, idx, drop), float("-inf")), -1)
+    return logp
 
 
 class _Call:
@@ -374,13 +402,8 @@ class InferenceEngine:
         return logp
 
     def _sampler_logp(self, logp: Tensor) -> Tensor:
-        """The processed distribution the sampler draws from (temperature, top-k)."""
-        if self.cfg.temperature != 1.0:
-            logp = torch.log_softmax(logp / self.cfg.temperature, -1)
-        if self.cfg.top_k > 0:
-            kth = logp.topk(self.cfg.top_k, -1).values[..., -1:]
-            logp = torch.log_softmax(logp.masked_fill(logp < kth, float("-inf")), -1)
-        return logp
+        """The processed distribution the sampler draws from (temperature, top-k, top-p: ``sampler_logp``)."""
+        return sampler_logp(logp, self.cfg.temperature, self.cfg.top_k, self.cfg.top_p)
 
     def _reported(self, model_logp: Tensor, sampler_logp: Tensor) -> Tensor:
         return sampler_logp if self.cfg.logprobs_mode == "processed" else model_logp

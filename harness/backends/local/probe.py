@@ -42,7 +42,7 @@ def probe(cfg: RunConfig, n: int = 8, sequences: int = 256) -> ProbeResult:
     infer = InferenceEngine(policy, cfg.inference, cfg.seed, device)
     roll = task.rollout(infer, prompts.to(device))
     tokens = roll.tokens
-    train = TrainEngine(policy)
+    train = TrainEngine(policy, cfg.inference.temperature)
     inf = infer.score(tokens, task.prompt_len, n)  # [n, B, R]
     trn = torch.stack([train.logprobs(tokens, task.prompt_len).logp for _ in range(n)])
     # over the policy's tokens: a multi-turn rollout's observation and padding are not sampled

@@ -128,10 +128,15 @@ def forward(model: Policy | PolicyPack, tokens: Tensor, replay: Tensor | None = 
     return TrainOutput(logits, rl, sel)
 
 
-def response_view(out: TrainOutput, tokens: Tensor, prompt_len: int, with_entropy: bool = False) -> PolicyForward:
-    """Log-probs (and router stats) of the response tokens, read at their predicting positions."""
+def response_view(out: TrainOutput, tokens: Tensor, prompt_len: int, with_entropy: bool = False,
+                  temperature: float = 1.0) -> PolicyForward:
+    """Log-probs (and router stats) of the response tokens, read at their predicting positions, of the
+    sampler's temperature T: ``log_softmax(logits / T)``, as verl's actor (``_scale_logits_by_temperature``
+    in ``verl/workers/engine/fsdp/transformer_impl.py``; no division at T = 1). Like verl, no top-k / top-p:
+    their truncation's renormalisation stays a train-inference difference (docs/engines.md, "Sampler")."""
     pred = slice(prompt_len - 1, tokens.shape[1] - 1)
-    logp_all = torch.log_softmax(out.logits[:, pred], dim=-1)
+    logits = out.logits[:, pred]
+    logp_all = torch.log_softmax(logits if temperature == 1.0 else logits / temperature, dim=-1)
     logp = logp_all.gather(-1, tokens[:, prompt_len:, None]).squeeze(-1)
     entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
     if out.router_logits is None:
@@ -146,21 +151,24 @@ def response_view(out: TrainOutput, tokens: Tensor, prompt_len: int, with_entrop
 
 class TrainEngine:
     """Owns the float32 policy (or seed pack); ``logprobs`` is the recompute path, ``forward`` the
-    update path. For a pack of S seeds, tokens/replay are [S B, ...] with seed-major rows."""
+    update path. For a pack of S seeds, tokens/replay are [S B, ...] with seed-major rows. Its log-probs
+    are those of the sampler's ``temperature`` (``inference.temperature``: one source for both engines)."""
 
-    def __init__(self, policy: Policy | PolicyPack):
+    def __init__(self, policy: Policy | PolicyPack, temperature: float = 1.0):
         self.policy = policy
+        self.temperature = temperature
 
     def forward(self, tokens: Tensor, prompt_len: int, replay: Tensor | None = None,
                 with_entropy: bool = False) -> PolicyForward:
         if not isinstance(self.policy, PolicyPack):
-            return response_view(forward(self.policy, tokens, replay), tokens, prompt_len, with_entropy)
+            return response_view(forward(self.policy, tokens, replay), tokens, prompt_len, with_entropy,
+                                 self.temperature)
         s_ = self.policy.size
         seeds = lambda x: None if x is None else x.reshape(s_, -1, *x.shape[1:])  # noqa: E731
         out = forward(self.policy, seeds(tokens), seeds(replay))
         flat = lambda x: None if x is None else x.flatten(0, 1)  # noqa: E731
         return response_view(TrainOutput(flat(out.logits), flat(out.router_logits), flat(out.selected)), tokens,
-                             prompt_len, with_entropy)
+                             prompt_len, with_entropy, self.temperature)
 
     @torch.no_grad()
     def logprobs(self, tokens: Tensor, prompt_len: int, replay: Tensor | None = None) -> PolicyForward:

@@ -106,6 +106,34 @@ class Batch:
     t_rollout: float  # wall seconds of the generate call
 
 
+def noise_terms(logp_rec: Tensor, logp_inf: Tensor, policy: Tensor | None = None) -> dict[str, Tensor]:
+    """The noise and bias terms of the mean squared train-inference log-ratio, per seed, from n diagnostic
+    passes: logp_rec [S, B, R], logp_inf [S, n, B, R] -> {name: [S]}. Per token, exactly (population variance):
+
+        mean_i (logp_rec - logp_inf[i])^2 = (logp_rec - mean_i logp_inf[i])^2 + Var_i(logp_inf[i])
+                                          =      mismatch/bias_sq               +  noise/var_rollout
+
+    token means over the diagnostic sequences (over the policy's tokens only when ``policy`` [S, B, R] is given:
+    a multi-turn rollout). With top-k / top-p in ``processed`` mode a pass can give the sampled token
+    probability 0 (log-prob -inf: outside that pass's nucleus): such tokens are left out of both terms (a
+    single-turn seed without any keeps the plain token mean, bitwise) and counted in
+    ``mismatch/outside_support_frac``."""
+    var, bias = logp_inf.var(1, unbiased=False), (logp_rec - logp_inf.mean(1)).pow(2)
+    finite = torch.isfinite(logp_inf).all(1)  # [S, B, R]
+    outside = (~torch.isfinite(logp_inf)).float()  # [S, n, B, R]
+    if policy is not None:
+        keep = finite & (policy > 0)
+        return {M.NOISE_VAR_ROLLOUT: _seed_mean(var, keep.float()), M.MISMATCH_BIAS_SQ: _seed_mean(bias, keep.float()),
+                M.MISMATCH_OUTSIDE_SUPPORT: _seed_mean(outside.mean(1), policy)}
+    plain = finite.flatten(1).all(1)
+
+    def mean(x: Tensor) -> Tensor:
+        return torch.where(plain, x.flatten(1).mean(1), _seed_mean(x.masked_fill(~finite, 0.0), finite.float()))
+
+    return {M.NOISE_VAR_ROLLOUT: mean(var), M.MISMATCH_BIAS_SQ: mean(bias),
+            M.MISMATCH_OUTSIDE_SUPPORT: outside.flatten(1).mean(1)}
+
+
 def _seed_mean(x: Tensor, mask: Tensor) -> Tensor:
     """Masked mean within each seed's slice: [S, ...] -> [S], sum_t m_t x_t / sum_t m_t (a masked x_t is never
     read, even when not finite)."""
@@ -135,12 +163,9 @@ class PackTrainer:
         policies, self.warmstarts = zip(*(warm_start(cfg.model, cfg.task, s) for s in self.seeds))
         self.warmstarts = list(self.warmstarts)
         self.policy = PolicyPack.of(list(policies)).to(device)
-        self.train = TrainEngine(self.policy)
+        self.train = TrainEngine(self.policy, cfg.inference.temperature)
         self.estimator = estimators.build(cfg.estimator)
-        icfg = cfg.inference
-        if self.estimator.needs.deterministic:
-            icfg = dataclasses.replace(icfg, deterministic=True)
-        self.infer = InferenceEngine(self.policy, icfg, self.seeds, device)
+        self.infer = InferenceEngine(self.policy, self.estimator.inference(cfg.inference), self.seeds, device)
         self.task = Task(cfg.task)
         self.data_gens = [torch.Generator().manual_seed(s * 1000 + 3) for s in self.seeds]
         self.shuffle_gens = [torch.Generator().manual_seed(s * 1000 + 4) for s in self.seeds]
@@ -279,8 +304,8 @@ class PackTrainer:
         if diag.noise_passes >= 2:
             rows = seeds(roll.tokens)[:, : diag.noise_sequences]
             s = self.infer.score(rows, self.task.prompt_len, diag.noise_passes, generator=self.diag_gens)
-            out[M.NOISE_VAR_ROLLOUT] = _token_mean(s.var(1, unbiased=False),
-                                                   None if policy is None else policy[:, : diag.noise_sequences])
+            out.update(noise_terms(seeds(rec.logp)[:, : diag.noise_sequences], s,
+                                   None if policy is None else policy[:, : diag.noise_sequences]))
         return out
 
     def _update(self, tokens: Tensor, pl: int, adv: Tensor, old: OldPolicy) -> dict[str, Tensor]:

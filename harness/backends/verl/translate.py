@@ -186,7 +186,7 @@ def overrides(cfg: RunConfig, commit: str | None = None, env: dict[str, str] | N
     # rollout (vLLM): sampler, log-prob semantics, determinism, routing capture
     deterministic = i.deterministic or needs.deterministic
     out += [(f"{R}.name", v.rollout), (f"{R}.n", tr.group_size), (f"{R}.temperature", i.temperature),
-            (f"{R}.top_k", i.top_k if i.top_k > 0 else -1), (f"{R}.top_p", 1.0),
+            (f"{R}.top_k", i.top_k if i.top_k > 0 else -1), (f"{R}.top_p", i.top_p),
             (f"{R}.logprobs_mode", "processed_logprobs" if i.logprobs_mode == "processed" else "raw_logprobs"),
             (f"{R}.calculate_log_probs", True), (f"{R}.dtype", i.dtype),
             (f"{R}.tensor_model_parallel_size", p.rollout_tp), (f"{R}.expert_parallel_size", p.rollout_ep),

@@ -171,3 +171,25 @@ def test_scoring_keeps_only_the_response_positions_and_matches_a_full_forward(se
     logits, _, _ = eng._forward(_Call(icfg, eng.noise_gen), tokens, 0, None)
     full = torch.log_softmax(logits[:, task.prompt_len - 1:-1], -1).gather(-1, tokens[:, task.prompt_len:, None])
     assert torch.equal(eng.score_once(tokens, task.prompt_len), full.squeeze(-1))
+
+
+def test_deterministic_inference_removes_the_noise_and_the_frozen_arm_keeps_it_as_a_bias(setup):
+    """At the default router noise (sigma 1): ``deterministic(removed)`` and ``deterministic(frozen)`` both score
+    with zero variance, but only ``removed`` is close to the training engine (precision is all that is left);
+    the frozen projection is a fixed bias, far larger than the natural engine's mismatch."""
+    from harness.config import EstimatorConfig
+    from harness.estimators import build
+
+    cfg, policy, task, prompts = setup
+    noisy = type(cfg.inference)(**{**cfg.inference.__dict__, "router_noise_sigma": 1.0})
+    tokens = InferenceEngine(policy, noisy, seed=5).generate(prompts, task.answer_len).tokens
+    train = TrainEngine(policy).logprobs(tokens, task.prompt_len).logp
+    diff = {}
+    for noise in ("removed", "frozen"):
+        icfg = build(EstimatorConfig("deterministic", noise=noise)).inference(noisy)
+        s = InferenceEngine(policy, icfg, seed=0).score(tokens, task.prompt_len, 3)
+        assert s.var(0).max().item() == 0.0, noise
+        diff[noise] = (s[0] - train).abs().mean().item()
+    natural = InferenceEngine(policy, cfg.inference, seed=0).score_once(tokens, task.prompt_len)  # sigma 0, not det.
+    assert diff["removed"] < 2 * (natural - train).abs().mean().item()  # no noise source left: the natural gap's size
+    assert diff["frozen"] > 5 * diff["removed"]  # 6.5x here (a random-init policy)

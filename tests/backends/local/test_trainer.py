@@ -32,3 +32,51 @@ def test_loss_gradient_flows_only_through_the_ratio():
     loss, _ = ppo_loss(torch.exp(logp_new - logp_old), torch.tensor([[1.0]]), torch.ones(1, 2), torch.ones(1, 2), 0.2)
     loss.backward()
     assert logp_new.grad is not None and torch.all(logp_new.grad < 0)
+
+
+def test_mismatch_bias_and_variance_terms_add_up_to_the_mean_squared_log_ratio():
+    from harness.backends.local.trainer import noise_terms
+
+    g = torch.Generator().manual_seed(0)
+    rec = torch.randn(2, 5, 7, generator=g)  # [S, B, R]
+    inf = rec[:, None] + 0.3 + 0.5 * torch.randn(2, 4, 5, 7, generator=g)  # [S, n, B, R]: a bias and noise
+    total = (rec[:, None] - inf).pow(2).mean(1).flatten(1).mean(1)  # E_i[(logp_rec - logp_inf[i])^2]
+    t = noise_terms(rec, inf)
+    torch.testing.assert_close(t["mismatch/bias_sq"] + t["noise/var_rollout"], total)
+    assert torch.equal(t["noise/var_rollout"], inf.var(1, unbiased=False).flatten(1).mean(1))  # as before, bitwise
+    assert torch.equal(t["mismatch/outside_support_frac"], torch.zeros(2))
+    torch.testing.assert_close(noise_terms(rec, rec[:, None].expand_as(inf).clone())["mismatch/bias_sq"], torch.zeros(2))
+    # seed 1: one pass gives token (0, 0) probability 0 (outside its nucleus): that token leaves both terms
+    cut = inf.clone()
+    cut[1, 2, 0, 0] = float("-inf")
+    c = noise_terms(rec, cut)
+    keep = torch.ones(5, 7, dtype=torch.bool)
+    keep[0, 0] = False
+    want = ((rec[1] - inf[1].mean(0)).pow(2))[keep].mean()
+    torch.testing.assert_close(c["mismatch/bias_sq"][1], want)
+    assert torch.equal(c["mismatch/bias_sq"][0], t["mismatch/bias_sq"][0])  # the other seed: untouched
+    torch.testing.assert_close(c["mismatch/outside_support_frac"], torch.tensor([0.0, 1 / (4 * 5 * 7)]))
+
+
+_DIAG = ["trainer.prompts_per_step=8", "trainer.group_size=4", "trainer.num_minibatches=2", "task.warmstart.max_steps=3",
+         "task.warmstart.batch_size=8", "diagnostics.noise_passes=8", "diagnostics.noise_sequences=32",
+         "inference.router_noise_sigma=0"]
+
+
+def _bias_and_var(*arm: str) -> tuple[float, float]:
+    from harness.backends.local.trainer import LocalTrainer
+    from harness.config import load
+
+    m = LocalTrainer(load([*_DIAG, *arm]), torch.device("cpu")).run_step()
+    return m["mismatch/bias_sq"], m["noise/var_rollout"]
+
+
+def test_noise_shows_in_the_variance_term_and_a_bias_in_the_bias_term():
+    """Fixed seeds, one step, 8 diagnostic passes. Logit noise (N(0, 0.5^2) on the output logits, unbiased in
+    logit space; its log-prob bias is second order): the variance term dominates (0.186 vs 0.040 at seed 1).
+    The bias perturbation (delta 0.3, no noise knob): the bias term dominates by orders of magnitude. (With n
+    passes the bias term also carries Var/n of sampling error: E[bias_sq] = b^2 + sigma^2 / n.)"""
+    bias, var = _bias_and_var("inference.logit_noise_sigma=0.5", "seed=1")
+    assert var > 3 * bias > 0
+    bias, var = _bias_and_var("inference.bias_delta=0.3", "seed=1")
+    assert bias > 1000 * var > 0

@@ -68,6 +68,8 @@ def test_headline_dry_run(capsys):
     (["estimator=tis", "model=qwen3_30b_a3b", "verl.trainer=v1"], "verl.trainer", "denominator"),
     (["estimator=tis", "model=qwen3_4b", "verl.parallel.recompute=full"], "verl.parallel.recompute", "megatron"),
     (["estimator=mean_n", "inference.temperature=0.7", "model=qwen3_30b_a3b"], "inference.temperature", "prompt_logprobs"),
+    (["estimator=mean_n", "inference.top_p=0.9", "model=qwen3_30b_a3b"], "inference.temperature", "top_p=0.9"),
+    (["estimator=deterministic", "estimator.noise=frozen", "model=qwen3_30b_a3b"], "estimator.noise", "frozen"),
     (["estimator=tis", "model=moe_tiny"], "model.path", "checkpoint"),
     (["estimator=tis", "model=qwen3_30b_a3b", "inference.logit_noise_sigma=0.1"], "inference.logit_noise_sigma", "local"),
     (["estimator=tis", "model=qwen3_30b_a3b", "trainer.lr=1e-3"], "trainer.lr", "1e-6"),
@@ -177,7 +179,7 @@ def test_ablation_verl_sweep_validates():
     sweep = pytest.importorskip("harness.launch.sweep", reason="harness.launch.sweep not available")
     path = ROOT / "sweeps" / "ablation_verl.yaml"
     runs = sweep.validate(sweep.load_spec(path, []))
-    assert len(runs) == 24 and len({r.signature for r in runs}) == 24
+    assert len(runs) == 27 and len({r.signature for r in runs}) == 27
     mapped = {e for e in estimators.NAMES if estimators.get(e).verl is not None}
     assert {r.cfg.estimator.name for r in runs} == mapped - {"rais"}  # rais on verl is experimental (verl.experimental_rais)
     for r in runs:

@@ -91,6 +91,9 @@ def test_overrides_compose_with_verl_and_pass_its_validation(spec, estimator, mo
         assert r.enable_rollout_routing_replay and a.megatron.router_replay.mode == "R3"
     if estimator == "tis":
         assert (rc.rollout_is, rc.rollout_is_threshold, rc.rollout_rs) == ("sequence", 2.0, None)
+    if estimator == "mean_n_tis":
+        assert (rc.rollout_is, rc.rollout_is_threshold, rc.rollout_rs) == ("sequence", 2.0, None)
+        assert vc.harness.mean_n == 8 and r.agent.default_agent_loop == "harness_mean_n"
     if estimator == "icepop":
         assert (rc.rollout_is, rc.rollout_is_threshold) == ("token", "0.5_5.0")
 
@@ -175,6 +178,50 @@ def test_translated_rollout_correction_reproduces_our_estimator(spec, estimator,
         assert 0 < metrics["rollout_corr/rollout_rs_masked_fraction"] < 1  # the test exercises masking
 
 
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_mean_n_tis_is_verls_decoupled_rollout_is_over_the_mean_n_loops_log_probs(spec, level):
+    """Decoupled mode (old_log_probs = the actor's recompute) + ``rollout_is`` + our ``harness_mean_n`` loop,
+    whose rollout log-probs are the log-mean-exp of n re-scorings: verl's weight is our mean_n_tis weight."""
+    from verl.protocol import DataProto
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
+
+    from harness.backends.verl.plugins.mean_n import mean_n_logprobs
+    from harness.estimators import build
+    from harness.estimators.base import PolicyForward
+
+    cfg = spec("estimator=mean_n_tis", MOE, f"estimator.level={level}", "estimator.n=4")
+    vc = translate.verl_config(cfg, check=False)
+    rc = vc.algorithm.rollout_correction
+    assert not rc.bypass_mode and rc.rollout_is == level and vc.harness.mean_n == 4
+    assert vc.actor_rollout_ref.rollout.agent.default_agent_loop == "harness_mean_n"
+
+    g = torch.Generator().manual_seed(1)
+    B, R, n = 32, 10, 4
+    scores = -torch.rand(n, B, R, generator=g, dtype=torch.float64) * 3  # the n vLLM re-scorings
+    logp_rec = scores.exp().mean(0).log() + torch.randn(B, R, generator=g, dtype=torch.float64) * 0.5
+    mask = (torch.arange(R) < torch.randint(3, R + 1, (B, 1), generator=g)).to(torch.float64)
+    rollout = torch.tensor([mean_n_logprobs(scores[:, b]) for b in range(B)], dtype=torch.float64)  # per response
+    batch = DataProto.from_dict(tensors={"old_log_probs": logp_rec, "rollout_log_probs": rollout,
+                                         "response_mask": mask.clone()})
+    out, _ = compute_rollout_correction_and_add_to_batch(batch, rc)
+
+    class Ctx:  # the local trainer's OldPolicyContext, on fixed tensors
+        logp_roll, routed_experts = torch.zeros(B, R, dtype=torch.float64), None
+
+        def __init__(self):
+            self.mask = mask
+
+        def recompute(self, replay=None):
+            return PolicyForward(logp=logp_rec)
+
+        def score(self, k):
+            return scores[:k]
+
+    old = build(cfg.estimator).old_policy(Ctx())
+    torch.testing.assert_close(out.batch["rollout_is_weights"], old.weight * mask)
+    assert (old.weight * mask).max() == 2.0 and (old.weight[mask > 0] < 2.0).any()  # the cap is exercised
+
+
 def test_mis_and_icepop_thresholds_are_strings_after_composition(spec):
     for est in ("mis", "icepop"):
         rc = translate.verl_config(spec(f"estimator={est}", MOE), check=False).algorithm.rollout_correction
@@ -194,6 +241,17 @@ def test_hydra_values_round_trip_through_composition(spec):
     assert vc.data.train_files == "/data/my set/train-v1.parquet"
     assert vc.actor_rollout_ref.model.path == "Qwen/Qwen3-30B-A3B"
     assert translate.hydra_value("0.5_5.0") == '"0.5_5.0"' and translate.hydra_value("true") == '"true"'
+
+
+def test_sampler_reaches_vllm_and_the_actor_uses_its_temperature(spec):
+    """One temperature for both engines: verl's legacy trainer passes ``rollout.temperature`` to the actor
+    (``meta_info["temperature"]``), which divides its logits by it; top-k / top-p reach vLLM only."""
+    cfg = spec("estimator=tis", MOE, "inference.temperature=0.7", "inference.top_k=20", "inference.top_p=0.9",
+               "inference.logprobs_mode=raw")
+    r = translate.verl_config(cfg).actor_rollout_ref.rollout
+    assert (r.temperature, r.top_k, r.top_p, r.logprobs_mode) == (0.7, 20, 0.9, "raw_logprobs")
+    r = translate.verl_config(spec("estimator=tis", MOE)).actor_rollout_ref.rollout
+    assert (r.temperature, r.top_k, r.top_p, r.logprobs_mode) == (1.0, -1, 1.0, "processed_logprobs")
 
 
 def test_dual_clip_is_off_by_default_as_in_the_harness_loss(spec):
