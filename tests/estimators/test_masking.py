@@ -43,7 +43,7 @@ class Ctx:
 #: loss = -sum_t w_t m_t A / sum_t m_t with A = +1 (row 0), -1 (row 1)
 CASES = {
     "rollout": ({}, [[1, 1, 0, 0], [1, 0, 1, 1]], M, ROLL, (2 - 3) / -5),
-    "deterministic": ({}, [[1, 1, 0, 0], [1, 0, 1, 1]], M, ROLL, 0.2),
+    "deterministic": ({"noise": "removed"}, [[1, 1, 0, 0], [1, 0, 1, 1]], M, ROLL, 0.2),
     "recompute": ({}, [[1, 1, 0, 0], [1, 0, 1, 1]], M, REC, 0.2),
     "r3": ({}, [[1, 1, 0, 0], [1, 0, 1, 1]], M, REC, 0.2),
     "rais": ({"gamma_min": 0.8}, [[1, 1, 0, 0], [1, 0, 1, 1]], M, REC, 0.2),
@@ -60,6 +60,11 @@ CASES = {
     # token, C = 2.5 (a ratio of exactly 2 is on the edge in float32): 3 is masked
     "mis_token": ({"clip_c": 2.5, "level": "token"}, [[2, 0.25, 0, 0], [0, 0, 0.5, 2]],
                   T([[1.0, 1, 0, 0], [0, 0, 1, 1]]), REC, -((2 + 0.25) - (0.5 + 2)) / 4),
+    # mean_n + TIS: the mean of the 2 passes' probabilities is ROLL at the policy tokens, so TIS's weights
+    "mean_n_tis_token": ({"n": 2, "clip_c": 2.0, "level": "token"}, [[2, 0.25, 0, 0], [2, 0, 0.5, 2]], M, REC,
+                         -((2 + 0.25) - (2 + 0.5 + 2)) / 5),
+    "mean_n_tis_sequence": ({"n": 2, "clip_c": 2.0, "level": "sequence"}, [[0.5, 0.5, 0, 0], [2, 0, 2, 2]], M, REC,
+                            -((0.5 + 0.5) - 6) / 5),
     # the band [1/2, 5]: 1/4 gets weight 0 but stays in the denominator
     "icepop": ({"alpha": 0.5, "beta": 5.0}, [[2, 0, 0, 0], [3, 0, 0.5, 2]], M, REC, -(2 - (3 + 0.5 + 2)) / 5),
 }
@@ -67,7 +72,7 @@ CASES = {
 
 def _run(case: str, roll, rec, scores, new_masked=None):
     kw, *_ = CASES[case]
-    name = case.split("_")[0] if case.startswith(("tis", "mis")) else case
+    name = case.removesuffix("_token").removesuffix("_sequence")
     estimator = build(EstimatorConfig(name=name, **kw))
     ctx = Ctx(roll, rec, scores)
     old = estimator.old_policy(ctx)
