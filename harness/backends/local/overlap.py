@@ -56,6 +56,14 @@ def _recv(conn, device: str | torch.device = "cpu") -> Any:
     return torch.load(io.BytesIO(conn.recv_bytes()), map_location=device, weights_only=False)
 
 
+def publish(src: PolicyPack, dst: PolicyPack) -> None:
+    """Weight sync: copy the trainer's weights into the tensors the rollout side loads from."""
+    with torch.no_grad():
+        mine = src.weights()
+        for name, w in dst.weights().items():
+            w.copy_(mine[name].detach().to(w.device))
+
+
 def _die_with_parent(parent: int) -> None:
     """Linux: the kernel sends SIGKILL to this process when its parent dies (even by kill -9)."""
     try:
@@ -173,10 +181,7 @@ class RolloutWorker:
             except OSError:
                 pass
             self.proc.join(10)
-        if self.proc.is_alive():
-            self.proc.terminate()
-            self.proc.join(5)
-        if self.proc.is_alive():
+        if self.proc.is_alive():  # it ignores SIGTERM
             self.proc.kill()
             self.proc.join()
         self.conn.close()
@@ -196,10 +201,7 @@ class OverlapTrainer(LocalTrainer):
 
     def _start_rollout(self) -> None:
         """Publish the current weights and have the worker start the next batch with them."""
-        with torch.no_grad():
-            mine = self.policy.weights()
-            for name, w in self.shared.weights().items():
-                w.copy_(mine[name].detach().to(w.device))
+        publish(self.policy, self.shared)
         self.worker.send("collect")
         self.in_flight = True
 
@@ -241,6 +243,11 @@ class OverlapTrainer(LocalTrainer):
         self.pending = state.get("pending")
 
     def close(self) -> None:
+        """Take the batch in flight (so the worker is not left blocked sending it), then stop the worker."""
+        try:
+            self._drain()
+        except RuntimeError:  # the worker failed or died: nothing to take
+            pass
         self.worker.close()
 
 
