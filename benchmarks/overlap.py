@@ -37,6 +37,7 @@ if str(ROOT) not in sys.path:
 from harness.backends.local.model import PolicyPack  # noqa: E402
 from harness.backends.local.overlap import OverlapTrainer, RolloutSide, publish  # noqa: E402
 from harness.backends.local.trainer import LocalTrainer  # noqa: E402
+from harness import metrics as M  # noqa: E402
 from harness.config import load  # noqa: E402
 
 ESTIMATORS = {"recompute": ["estimator=recompute"], "mean_8": ["estimator=mean_n", "estimator.n=8"]}
@@ -74,19 +75,27 @@ class ThreadOverlap(LocalTrainer):
 MODES = {"sync": LocalTrainer, "process": OverlapTrainer, "thread": ThreadOverlap}
 
 
-def run_once(overrides: list[str], estimator: str, mode: str, steps: int, warmup: int) -> list[float]:
+def run_once(overrides: list[str], estimator: str, mode: str, steps: int, warmup: int) -> tuple[list, list]:
+    """(wall seconds of each kept step, the rollout side's share of each: see ``rollout_side``)."""
     over = [*overrides, *ESTIMATORS[estimator], f"trainer.steps={steps}",
             f"trainer.overlap={'true' if mode == 'process' else 'false'}"]
     trainer = MODES[mode](load(over), torch.device("cpu"))
-    times = []
+    times, sides = [], []
     try:
         for _ in range(steps):
             t = time.perf_counter()
-            trainer.run_step()
+            values = trainer.run_step()
             times.append(time.perf_counter() - t)
+            sides.append(rollout_side(values, trainer.estimator.needs.passes is not None))
     finally:
         trainer.close()
-    return times[warmup:]
+    return times[warmup:], sides[warmup:]
+
+
+def rollout_side(values: dict, passes: bool) -> float:
+    """Of a synchronous step: the seconds that overlap moves to the rollout process (generation, and the
+    estimator's inference passes where it has them); the rest of the step stays with the trainer."""
+    return values[M.TIME_ROLLOUT] + (values[M.TIME_OLD_LOGPROB] if passes else 0.0)
 
 
 def quartiles(xs: list[float]) -> tuple[float, float, float]:
@@ -111,12 +120,16 @@ def main(argv: list[str] | None = None) -> int:
 
     pairs = [(e, m) for m in modes for e in ESTIMATORS]
     kept: dict[tuple[str, str], list[float]] = {p: [] for p in pairs}
+    sides: dict[str, list[tuple[float, float]]] = {e: [] for e in ESTIMATORS}  # (rollout, trainer) side, sync steps
     load_before = os.getloadavg()
     t0 = time.perf_counter()
     for rep in range(args.reps):
         order = pairs[rep % len(pairs):] + pairs[:rep % len(pairs)]  # rotate: no pair always runs first
         for est, mode in order:
-            kept[(est, mode)] += run_once(args.overrides, est, mode, args.steps, args.warmup)
+            times, rolls = run_once(args.overrides, est, mode, args.steps, args.warmup)
+            kept[(est, mode)] += times
+            if mode == "sync":
+                sides[est] += [(r, t - r) for t, r in zip(times, rolls)]
             print(f"rep {rep + 1}/{args.reps} {est:9s} {mode:7s} median so far "
                   f"{statistics.median(kept[(est, mode)]):.3f} s/step", file=sys.stderr, flush=True)
     wall = time.perf_counter() - t0
@@ -135,8 +148,15 @@ def main(argv: list[str] | None = None) -> int:
         speed = [f"{med[(est, m)][1] / med[(est, 'sync')][1]:.2f}x" for m in modes if m != "sync"]
         print(f"| {est} | " + " | ".join(cells) + " | " + " | ".join(speed) + " |")
     ratios = {m: med[("mean_8", m)][1] / med[("recompute", m)][1] for m in modes}
+    ideal_med = {e: statistics.median(max(r, t) for r, t in v) for e, v in sides.items()}
+    side_med = {e: (statistics.median(r for r, _ in v), statistics.median(t for _, t in v)) for e, v in sides.items()}
     print("| **mean_8 / recompute** | " + " | ".join(f"**{ratios[m]:.2f}x**" for m in modes) + " |"
           + " |" * (len(modes) - 1))
+    print("\nIdeal overlap on two free cores (a prediction from the synchronous steps, not a measurement): a step "
+          "costs max(rollout side, trainer side); " + "; ".join(
+              f"{e}: rollout side {side_med[e][0]:.3f} s, trainer side {side_med[e][1]:.3f} s -> "
+              f"{ideal_med[e]:.3f} s/step" for e in ESTIMATORS)
+          + f"; mean_8 / recompute {ideal_med['mean_8'] / ideal_med['recompute']:.2f}x.")
     best = "process" if "process" in modes else modes[-1]
     r = ratios[best]
     verdict = "at or below" if r <= 1.0 else "above"
@@ -149,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             "spec": args.overrides, "reps": args.reps, "steps": args.steps, "warmup": args.warmup,
             "load_before": load_before, "load_after": load_after, "wall_s": wall,
             "median_iqr": {f"{e}|{m}": med[(e, m)] for e, m in pairs}, "ratio_mean8_recompute": ratios,
+            "ideal_overlap_median": ideal_med, "sides_median": side_med,
             "step_times": {f"{e}|{m}": kept[(e, m)] for e, m in pairs}}, indent=1))
     return 0
 
