@@ -186,7 +186,7 @@ def _wait_steps(uri, n, proc, timeout=120.0):
 
 
 def test_sigterm_checkpoints_leaves_no_orphan_and_the_resumed_run_has_the_straight_curve(tiny_overrides):
-    over = tiny_overrides("trainer.overlap=true", "trainer.checkpoint_every=2", steps=24, name="sig")
+    over = tiny_overrides("trainer.overlap=true", "trainer.checkpoint_every=2", steps=40, name="sig")
     cfg = load(over)
     proc = _start(over)
     worker = _worker_of(proc)
@@ -201,9 +201,9 @@ def test_sigterm_checkpoints_leaves_no_orphan_and_the_resumed_run_has_the_straig
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-2000:]
     resumed, steps = _rewards(cfg.tracking_uri, run_id)
-    assert steps == list(range(24))  # each step once
+    assert steps == list(range(40))  # each step once
 
-    straight = tiny_overrides("trainer.overlap=true", "tracking.experiment=straight", steps=24, name="straight")
+    straight = tiny_overrides("trainer.overlap=true", "tracking.experiment=straight", steps=40, name="straight")
     proc = _start(straight)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-2000:]
