@@ -1,7 +1,7 @@
 # The two commands of the README. Both install into .venv first (scripts/install.sh).
 PY := .venv/bin/python
 
-.PHONY: install install-test demo test probe bench bench-overlap results ablation20 clean verl-smoke verl-pass-variance
+.PHONY: install install-test demo test probe bench bench-overlap results ablation20 clean verl-smoke verl-smoke-multi-turn verl-pass-variance
 
 install:
 	bash scripts/install.sh
@@ -60,6 +60,9 @@ ablation20: install
 # One training step per estimator with a tiny random Qwen3-MoE (docs/verl.md, "GPU checks").
 verl-smoke:
 	$(PY) scripts/verl_smoke.py
+# The same step with verl.tools (verl's ToolAgentLoop; mean_n: harness_mean_n_tool): the multi-turn wiring.
+verl-smoke-multi-turn:
+	$(PY) scripts/verl_smoke.py --multi-turn
 # mean_n's vLLM re-scoring passes: pass-to-pass spread, concurrent vs sequential (MODEL=..., TP=...).
 MODEL ?= Qwen/Qwen3-30B-A3B
 TP ?= 4

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from harness import backends, estimators, tasks
-from harness.backends.verl.config import VerlConfig
+from harness.backends.verl.config import LATER_KEYS as VERL_LATER_KEYS, VerlConfig
 from harness.errors import ConfigError  # noqa: F401  (re-exported: ``from harness.config import ConfigError``)
 from harness.errors import one_of as _one_of, require as _require
 from harness.uri import resolve_tracking_uri
@@ -32,6 +32,11 @@ NON_IDENTITY_KEYS = ("tracking", "launcher", "out_dir")
 #: the local kernels changes a curve bitwise, so that runs computed by older kernels are never found as
 #: "finished" for the new code, nor pooled with its runs (2: grouped expert GEMMs, seed packs, batched mean_n)
 LOCAL_NUMERICS = 2
+#: keys added after runs were stored, with their defaults: a key enters the signature only when set to another
+#: value, so every spec that leaves it alone keeps the signature it was stored under
+LATE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "inference": {"prefix_cache_capacity": 1.0, "replay_on_miss": "recompute"},
+}
 
 
 def _estimator_config() -> type:
@@ -102,6 +107,9 @@ class InferenceConfig:
     logit_noise_sigma: float = 0.0  # N(0, sigma^2) on output logits, fresh per call (unbiased in logit space)
     bias_delta: float = 1.0  # scale the probability of tokens with p < bias_threshold by delta (1 = off)
     bias_threshold: float = 0.05
+    # multi-turn rollouts (harness/backends/local/prefix_cache.py); in the signature only when not the default
+    prefix_cache_capacity: float = 1.0  # share of a batch's context tokens the prefix cache holds between turns
+    replay_on_miss: str = "recompute"  # an evicted context's routing: recompute (the refill's) | missing (-1)
 
 
 @dataclass
@@ -192,7 +200,9 @@ def signature(spec: dict[str, Any], length: int = 10) -> str:
     The ``estimator`` section keeps ``name`` and the six parameters of the original estimators
     (``harness.estimators.LEGACY_PARAMS``: n, clip_c, level, alpha, beta, gamma_min; null when unused), as
     every stored run was signed; a parameter registered later enters the signature only when set (not null),
-    so adding an estimator never changes the signature of an existing spec."""
+    so adding an estimator never changes the signature of an existing spec. Likewise a key in ``LATE_DEFAULTS``
+    (added after runs were stored) enters it only when set to another value than its default, and a verl key
+    added later (``harness.backends.verl.config.LATER_KEYS``, e.g. ``verl.tools``) only when set (not null)."""
     ident = {k: v for k, v in spec.items() if k not in NON_IDENTITY_KEYS}
     if isinstance(ident.get("estimator"), dict):
         ident["estimator"] = {k: v for k, v in ident["estimator"].items()
@@ -200,6 +210,11 @@ def signature(spec: dict[str, Any], length: int = 10) -> str:
     if (spec.get("backend") or {}).get("name") != "verl":
         ident.pop("verl", None)
         ident["local_numerics"] = LOCAL_NUMERICS
+    elif isinstance(ident.get("verl"), dict):  # a verl key added later enters only when set
+        ident["verl"] = {k: v for k, v in ident["verl"].items() if v is not None or k not in VERL_LATER_KEYS}
+    for section, defaults in LATE_DEFAULTS.items():
+        if isinstance(ident.get(section), dict):
+            ident[section] = {k: v for k, v in ident[section].items() if k not in defaults or v != defaults[k]}
     if isinstance(ident.get("trainer"), dict):  # where a run can resume, not what it computes
         ident["trainer"] = {k: v for k, v in ident["trainer"].items() if k != "checkpoint_every"
                             and not (k in LATER_TRAINER_KEYS and v == LATER_TRAINER_KEYS[k])}
@@ -348,6 +363,10 @@ def validate(cfg: RunConfig) -> RunConfig:
     for k in ("router_noise_sigma", "logit_noise_sigma"):
         _require(getattr(i, k) >= 0, f"inference.{k}", f"must be >= 0, got {getattr(i, k)}")
     _require(i.bias_delta > 0, "inference.bias_delta", f"must be > 0, got {i.bias_delta}")
+    _require(0 <= i.prefix_cache_capacity <= 1, "inference.prefix_cache_capacity",
+             f"must be a share of the batch's context tokens in [0, 1] (1 = every turn hits), "
+             f"got {i.prefix_cache_capacity}")
+    _one_of(i.replay_on_miss, ("recompute", "missing"), "inference.replay_on_miss")
 
     tr = cfg.trainer
     _require(tr.lr > 0, "trainer.lr", f"the learning rate must be > 0, got {tr.lr}")

@@ -5,7 +5,9 @@ docs/metrics.md's metric table is generated from `CATALOGUE` (``python -m harnes
 
 Notation per response token (docs/design.md section 2): ``logp_roll`` the inference engine's
 sampling log-prob, ``logp_rec`` the training engine's log-prob under the pre-update weights,
-``logp_old`` the estimator's IS denominator, ``logp_new`` the weights being optimised.
+``logp_old`` the estimator's IS denominator, ``logp_new`` the weights being optimised. "Response tokens" are
+those the policy sampled: a multi-turn rollout's observation and padding enter no metric (docs/design.md
+section 2, "Masks").
 """
 from __future__ import annotations
 
@@ -29,6 +31,10 @@ IS_ESS = "is/ess"
 IS_MASKED_FRAC = "is/masked_frac"
 MOE_ROUTING_FLIP_RATE = "moe/routing_flip_rate"
 MOE_ROUTER_KL = "moe/router_kl"
+MOE_REPLAY_COVERAGE = "moe/replay_coverage"
+MOE_REPLAY_DRIFT = "moe/replay_drift"
+#: logged only by runs of a multi-turn task (a prefix cache between turns) with a MoE
+MULTI_TURN_ONLY = (MOE_REPLAY_COVERAGE, MOE_REPLAY_DRIFT)
 NOISE_VAR_ROLLOUT = "noise/var_rollout"
 TIME_ROLLOUT = "time/rollout_s"
 TIME_OLD_LOGPROB = "time/old_logprob_s"
@@ -66,6 +72,11 @@ CATALOGUE: dict[str, str] = {
     IS_MASKED_FRAC: "share of response tokens the estimator masked (MIS, IcePop)",
     MOE_ROUTING_FLIP_RATE: "share of tokens whose top-k set differs between rollout and training, any layer",
     MOE_ROUTER_KL: "KL(router_rollout || router_train), mean over tokens and layers",
+    MOE_REPLAY_COVERAGE: "multi-turn tasks: share of the positions whose routing R3 replays (every processed "
+                         "non-padding position) that carry their sampling-time routing, not one recomputed after a "
+                         "prefix-cache eviction or left missing (1.0 with a full cache; absent on single-turn tasks)",
+    MOE_REPLAY_DRIFT: "multi-turn tasks: share of those positions replayed with a recomputed routing whose top-k set "
+                      "differs, in some layer, from the sampling-time one (0 with a full cache or replay_on_miss=missing)",
     NOISE_VAR_ROLLOUT: "variance of the inference engine's token log-prob over repeated scorings",
     TIME_ROLLOUT: "seconds spent generating the rollout batch",
     TIME_OLD_LOGPROB: "seconds spent by the estimator computing pi_old (its cost)",

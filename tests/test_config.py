@@ -88,3 +88,33 @@ def test_local_numerics_version_is_part_of_the_signature(monkeypatch):
     monkeypatch.setattr(C, "LOCAL_NUMERICS", C.LOCAL_NUMERICS + 1)
     after = (load([]).signature, load([]).group_signature)
     assert before[0] != after[0] and before[1] != after[1]
+
+
+@pytest.mark.parametrize("overrides, key, text", [
+    (["task=lookup", "inference.prefix_cache_capacity=1.5"], "inference.prefix_cache_capacity", "[0, 1]"),
+    (["task=lookup", "inference.prefix_cache_capacity=-0.1"], "inference.prefix_cache_capacity", "[0, 1]"),
+    (["task=lookup", "inference.replay_on_miss=drop"], "inference.replay_on_miss", "allowed: recompute, missing"),
+    (["inference.prefix_cache_capacity=0.5"], "inference.prefix_cache_capacity", "multi-turn task (lookup)"),
+    (["inference.replay_on_miss=missing"], "inference.replay_on_miss", "single-turn"),
+    (["backend=verl", "model=qwen3_30b_a3b", "trainer.lr=1e-6", "inference.prefix_cache_capacity=0.5"],
+     "inference.prefix_cache_capacity", "only by the local inference engine"),
+])
+def test_prefix_cache_knobs_are_checked(overrides, key, text):
+    with pytest.raises(ConfigError) as err:
+        load(overrides)
+    assert err.value.key == key and text in str(err.value)
+
+
+def test_prefix_cache_knobs_enter_the_signature_only_when_set():
+    base = load(["task=lookup"])
+    spec = base.to_dict()
+    del spec["inference"]["prefix_cache_capacity"], spec["inference"]["replay_on_miss"]  # a spec from before them
+    from harness.config import signature
+
+    assert signature(spec) == base.signature
+    assert load(["task=lookup", "inference.prefix_cache_capacity=1.0"]).signature == base.signature
+    sigs = {load(["task=lookup", *o]).signature for o in (["inference.prefix_cache_capacity=0.5"],
+                                                          ["inference.replay_on_miss=missing"],
+                                                          ["inference.prefix_cache_capacity=0.5",
+                                                           "inference.replay_on_miss=missing"])}
+    assert len(sigs) == 3 and base.signature not in sigs

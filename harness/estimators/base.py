@@ -127,6 +127,9 @@ class Verl:
     #: rollout_correction fields beyond the defaults (IS weight, rejection sampling), from the Params
     correction: Optional[Callable[[Any], dict[str, Any]]] = None
     agent_loop: Optional[str] = None  # the rollout's agent loop (registered by our plugins)
+    #: its multi-turn variant on verl's ToolAgentLoop, used when the spec sets ``verl.tools``; an estimator with
+    #: an ``agent_loop`` but no ``tool_agent_loop`` is refused there (ConfigError), never run single-turn
+    tool_agent_loop: Optional[str] = None
     loss_mode: str = "vanilla"  # actor.policy_loss.loss_mode
     env: Optional[Callable[[Any], dict[str, str]]] = None  # the workers' environment, from the Params
     harness: Optional[Callable[[Any], dict[str, Any]]] = None  # ``+harness.<k>`` keys read by our plugins
@@ -163,7 +166,10 @@ class Estimator:
     # helpers for subclasses
     @staticmethod
     def plain(ctx: OldPolicyContext, logp: Tensor, **kw) -> OldPolicy:
-        return OldPolicy(logp=logp.detach(), weight=logp.new_ones(logp.shape), mask=ctx.mask.clone(), **kw)
+        """pi_old = ``logp`` (detached; 0 where the response mask is 0: an observation or padding position's
+        log-prob is never used, and may not even be finite there), weight 1, the response mask."""
+        logp = logp.detach().masked_fill(ctx.mask == 0, 0.0)
+        return OldPolicy(logp=logp, weight=logp.new_ones(logp.shape), mask=ctx.mask.clone(), **kw)
 
     # declarations read by the rest of the harness
     @classmethod

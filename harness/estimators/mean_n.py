@@ -8,7 +8,8 @@ sampling pass: so ``mean_n`` with n=1 is *not* ``rollout``. The mean of probabil
 unbiased estimate of E[pi_inference] whose variance falls as 1/n; the mean of log-probs would be
 biased low (Jensen). Cost: n inference scoring passes, no training forward.
 On verl: bypass mode + our agent loop ``harness_mean_n`` (plugins/mean_n.py): the rollout log-prob
-it returns is log-mean-exp of n vLLM ``prompt_logprobs`` re-scorings.
+it returns is log-mean-exp of n vLLM ``prompt_logprobs`` re-scorings; with ``verl.tools`` (multi-turn)
+``harness_mean_n_tool`` (plugins/mean_n_tool.py) does the same for every assistant token of the conversation.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
 #: far above what the experiments use (n <= 16): raise it here if a study needs more
 MAX_N = 64
 AGENT_LOOP = "harness_mean_n"  # the verl agent loop of plugins/mean_n.py
+TOOL_AGENT_LOOP = "harness_mean_n_tool"  # its multi-turn variant (plugins/mean_n_tool.py), with ``verl.tools``
 
 
 def log_mean_prob(logps: Tensor) -> Tensor:
@@ -64,7 +66,8 @@ class MeanN(Estimator):
     needs = Needs(passes="n")
     rank = 6
     style = Style("orange", "-")
-    verl = Verl(bypass=True, agent_loop=AGENT_LOOP, harness=lambda p: {"mean_n": p.n}, check=_verl_check)
+    verl = Verl(bypass=True, agent_loop=AGENT_LOOP, tool_agent_loop=TOOL_AGENT_LOOP, harness=lambda p: {"mean_n": p.n},
+                check=_verl_check)
 
     def old_policy(self, ctx) -> OldPolicy:
         return self.plain(ctx, log_mean_prob(ctx.score(self.params.n)))

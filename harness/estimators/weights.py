@@ -3,7 +3,8 @@
     log rho_t = logp_rec_t - logp_roll_t                                  (token level)
     log rho   = sum_t mask_t (logp_rec_t - logp_roll_t), broadcast over t  (sequence level)
 
-clamped to +-20 before exponentiating (verl's SAFETY_BOUND) and zeroed on padding, exactly as
+clamped to +-20 before exponentiating (verl's SAFETY_BOUND) and zeroed on padding (and on observation tokens of a
+multi-turn rollout: mask_t = 0; whatever log-probs stand there, even non-finite ones, are never read), exactly as
 ``verl.trainer.ppo.rollout_corr_helper.compute_rollout_correction_weights`` does, so TIS, MIS and
 IcePop agree with verl's functions on the same tensors (tests/estimators/test_verl_parity.py).
 :class:`CappedRatio` is the parameter set of the ratio estimators with a cap C (TIS, MIS).
@@ -24,7 +25,7 @@ LEVELS = ("token", "sequence")
 
 
 def importance_ratio(logp_rec: Tensor, logp_roll: Tensor, mask: Tensor, level: str) -> Tensor:
-    log_ratio = logp_rec - logp_roll
+    log_ratio = (logp_rec - logp_roll).masked_fill(mask == 0, 0.0)  # a masked position is never read
     if level == "token":
         rho = log_ratio.clamp(-SAFETY_BOUND, SAFETY_BOUND).exp()
     elif level == "sequence":

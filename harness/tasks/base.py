@@ -12,6 +12,12 @@ A task module (``harness/tasks/<name>.py``) declares one :class:`TaskSpec` and c
   ``read(path, split) -> rows``; scored by ``text_reward(solution, reference, mode) -> (reward, exact)``,
   or, when that is None, by verl's own rule reward chosen by the rows' ``data_source``.
 
+* multi-turn (local backend only, ``tool`` set: :class:`Tool`): the response is a fixed slot layout
+  ``call (C) | observation (O) | answer (A)``, each slot right-padded with PAD. The policy writes the tool call
+  (ended by ``CALL_END``), the environment (``Tool.observe``) writes the observation, the policy writes the
+  answer (ended by ``EOS``). ``answer_len`` is A, ``sample`` returns the reference answers ``[n, A]`` (EOS then
+  PAD) and ``reward`` scores the answer slot only (:func:`eos_reward`).
+
 Modes (``task.reward``): ``partial`` = share of answer positions that are right, ``exact`` = 1 if all are;
 the exact-match rate is always logged beside the reward.
 """
@@ -32,6 +38,20 @@ INSTRUCTION = f'Think briefly, then output the final answer after "{MARKER}".'
 
 
 @dataclass(frozen=True)
+class Tool:
+    """The environment of a multi-turn task and its slot layout (lengths as functions of ``task.length``).
+
+    ``call(prompts [n, P]) -> [n, C]``: the reference tool call (what the warm start teaches), right-padded;
+    ``observe(prompts [n, P], calls [n, C]) -> [n, O]``: the observation of any call the policy wrote (a
+    malformed call gets an observation too), right-padded with PAD."""
+
+    call_len: Callable[[int], int]
+    obs_len: Callable[[int], int]
+    call: Callable[["torch.Tensor"], "torch.Tensor"]
+    observe: Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
+
+
+@dataclass(frozen=True)
 class TaskSpec:
     name: str
     backends: tuple[str, ...]
@@ -43,6 +63,7 @@ class TaskSpec:
     answer_len: Optional[Callable[[int], int]] = None
     sample: Optional[Callable[[int, int, "torch.Generator"], tuple["torch.Tensor", "torch.Tensor"]]] = None
     reward: Optional[Callable[["torch.Tensor", "torch.Tensor", str], tuple["torch.Tensor", "torch.Tensor"]]] = None
+    tool: Optional[Tool] = None  # a multi-turn task's environment (local backend only)
     # verl backend
     example: Optional[Callable[["random.Random", int], tuple[str, str]]] = None
     read: Optional[Callable[[Path, str], list[dict]]] = None
@@ -54,6 +75,8 @@ class TaskSpec:
         local = (self.prompt_len, self.answer_len, self.sample, self.reward)
         if ("local" in self.backends) != all(f is not None for f in local):
             raise TypeError(f"task {self.name}: the local backend needs prompt_len, answer_len, sample and reward")
+        if self.tool is not None and self.backends != ("local",):
+            raise TypeError(f"task {self.name}: a multi-turn (tool) task runs on the local backend only")
         if "verl" in self.backends and (self.example is None) == (self.read is None):
             raise TypeError(f"task {self.name}: the verl backend needs exactly one of example (generated) or read")
         if "verl" in self.backends and self.text_reward is None and self.data_source is None:
@@ -80,6 +103,19 @@ def digit_reward(responses: "torch.Tensor", answers: "torch.Tensor", mode: str) 
     right = (responses == answers).float()
     exact = right.min(-1).values
     return (right.mean(-1) if mode == "partial" else exact), exact
+
+
+def eos_reward(responses: "torch.Tensor", answers: "torch.Tensor", mode: str) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """Reward of a variable-length answer ended by EOS: the reference ``answers`` [B, A] is digits, EOS, then
+    PAD; the counted positions are the reference's up to its EOS (c_i = [answer_i != PAD]):
+    right_i = [response_i == answer_i], exact = min_{i: c_i} right_i, reward = sum_i c_i right_i / sum_i c_i
+    (partial) or exact. A response that stops early or late misses the reference's EOS."""
+    from harness.tasks.vocab import PAD
+
+    counted = (answers != PAD).float()
+    right = (responses == answers).float() * counted
+    exact = (right.sum(-1) == counted.sum(-1)).float()
+    return (right.sum(-1) / counted.sum(-1) if mode == "partial" else exact), exact
 
 
 def digits_after_marker(solution: str) -> list[int] | None:

@@ -280,3 +280,16 @@ def test_tune_plots_name_the_objective(tmp_path, monkeypatch):
     paths = report.save_plots(study, tmp_path, params, objective.Objective())
     assert len(paths) == 2 and labels
     assert "Objective Value" not in labels and sum("tail_mean" in lab and "last 20%" in lab for lab in labels) == 2, labels
+
+
+def test_agentic_is_r3_over_replay_coverage_beside_mean_8_and_recompute():
+    runs = runs_of("agentic")
+    assert len(runs) == 60 and len({r.signature for r in runs}) == 60
+    arms = Counter((r.cfg.estimator.name, r.cfg.estimator.n, r.cfg.inference.prefix_cache_capacity) for r in runs)
+    assert arms == {("r3", None, 1.0): 10, ("r3", None, 0.85): 10, ("r3", None, 0.53): 10, ("r3", None, 0.22): 10,
+                    ("mean_n", 8, 1.0): 10, ("recompute", None, 1.0): 10}
+    assert {r.cfg.seed for r in runs} == set(range(10))
+    assert all(r.cfg.task.name == "lookup" and r.cfg.inference.replay_on_miss == "recompute" for r in runs)
+    assert all(r.cfg.tracking.experiment == "agentic" for r in runs)
+    spec = load_spec(SWEEPS / "agentic.yaml")
+    assert spec.launcher.name == "local" and spec.launcher.array_parallelism == 2

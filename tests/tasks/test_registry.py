@@ -23,11 +23,13 @@ from harness.tasks.base import MARKER, TaskSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL = tasks.names("local")
+SINGLE = tuple(n for n in LOCAL if tasks.get(n).tool is None)  # multi-turn tasks: tests/tasks/test_<name>.py
 GENERATED = tuple(n for n in tasks.names("verl") if tasks.get(n).generated)
 
 
 def test_registry_lists_the_shipped_tasks_and_each_has_a_yaml():
-    assert {"sort", "addition", "gsm8k"} <= set(tasks.names()) and "gsm8k" not in LOCAL
+    assert {"sort", "addition", "gsm8k", "lookup"} <= set(tasks.names()) and "gsm8k" not in LOCAL
+    assert "lookup" in LOCAL and "lookup" not in SINGLE and "lookup" not in tasks.names("verl")
     declared = {yaml.safe_load(p.read_text()).get("task", yaml.safe_load(p.read_text())).get("name")
                 for p in (ROOT / "experiments" / "task").glob("*.yaml")}
     assert set(tasks.names()) <= declared
@@ -45,9 +47,35 @@ def test_a_spec_missing_what_its_backend_needs_is_refused():
         TaskSpec(name="t", backends=("verl",), summary="s", example=sort.example)
     with pytest.raises(ValueError, match="registered twice"):
         tasks.register(sort)
+    with pytest.raises(TypeError, match="a multi-turn \\(tool\\) task runs on the local backend only"):
+        TaskSpec(name="t", backends=("local", "verl"), summary="s", prompt_len=sort.prompt_len, answer_len=sort.answer_len,
+                 sample=sort.sample, reward=sort.reward, example=sort.example, text_reward=sort.text_reward,
+                 tool=tasks.get("lookup").tool)
 
 
-@pytest.mark.parametrize("name", LOCAL)
+@pytest.mark.parametrize("name", [n for n in LOCAL if n not in SINGLE])
+@pytest.mark.parametrize("length", [1, 3, 6])
+def test_multi_turn_generator_is_rewarded_by_its_own_reward(name, length):
+    """A tool task's reference call, observation and answer fit their slots and the vocabulary, and the
+    reference answer (EOS-terminated, PAD after) earns reward 1; a wrong first answer token loses its share."""
+    spec = tasks.get(name)
+    prompts, answers = spec.sample(64, length, torch.Generator().manual_seed(length))
+    calls = spec.tool.call(prompts)
+    obs = spec.tool.observe(prompts, calls)
+    assert prompts.shape == (64, spec.prompt_len(length)) and answers.shape == (64, spec.answer_len(length))
+    assert calls.shape == (64, spec.tool.call_len(length)) and obs.shape == (64, spec.tool.obs_len(length))
+    for x in (prompts, calls, obs, answers):
+        assert x.min() >= 0 and x.max() < VOCAB_SIZE
+    for mode in spec.rewards:
+        reward, exact = spec.reward(answers, answers, mode)
+        assert torch.all(reward == 1.0) and torch.all(exact == 1.0)
+        wrong = answers.clone()
+        wrong[:, 0] = (wrong[:, 0] + 1) % 10
+        reward, exact = spec.reward(wrong, answers, mode)
+        assert torch.all(reward < 1.0) and torch.all(exact == 0.0)
+
+
+@pytest.mark.parametrize("name", SINGLE)
 @pytest.mark.parametrize("length", [1, 3, 6])
 def test_local_generator_is_rewarded_by_its_own_reward(name, length):
     spec = tasks.get(name)
@@ -190,5 +218,5 @@ def test_a_new_task_is_one_module_and_one_yaml(tmp_path):
     res = run("-c", PROBE)
     assert res.returncode == 0, res.stderr[-3000:]
     probe = json.loads(res.stdout)
-    assert probe["local"] == ["addition", "reverse", "sort"] and "reverse" not in probe["verl"] and probe["reversed"]
+    assert probe["local"] == ["addition", "lookup", "reverse", "sort"] and "reverse" not in probe["verl"] and probe["reversed"]
     assert probe["sig_sort"] == load(["task=sort"]).signature

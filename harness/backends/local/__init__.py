@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def validate(cfg: "RunConfig") -> None:
     """The local backend runs the tasks that declare it (``harness.tasks.names("local")``: generated ones)
-    and builds its model from the config (no checkpoint path)."""
+    and builds its model from the config (no checkpoint path); the prefix cache's knobs need a multi-turn task."""
     from harness import tasks
     from harness.errors import ConfigError
 
@@ -24,6 +24,13 @@ def validate(cfg: "RunConfig") -> None:
     allowed = tasks.names("local")
     if t.name not in allowed:
         raise ConfigError("task", f"unknown value {t.name!r}; allowed: {', '.join(allowed)}")
+    i = cfg.inference
+    if tasks.get(t.name).tool is None:  # a single-turn rollout has no turns to cache between
+        for key, off in (("prefix_cache_capacity", 1.0), ("replay_on_miss", "recompute")):
+            if getattr(i, key) != off:
+                multi = [n for n in allowed if tasks.get(n).tool is not None]
+                raise ConfigError(f"inference.{key}", f"the prefix cache between turns needs a multi-turn task "
+                                  f"({', '.join(multi)}); task {t.name} is single-turn: leave it {off}")
     if m.path is not None:
         raise ConfigError("model.path", f"a checkpoint path is for backend=verl; the local backend builds {m.name} "
                                         "from its config")

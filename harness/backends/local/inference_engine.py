@@ -30,6 +30,13 @@ how ``score(tokens, n)`` runs its n passes as one forward over n x B rows.
 ``generate`` returns tokens, the sampling log-probs (``logprobs_mode``: ``processed`` = the exact
 distribution sampled from; ``raw`` = before temperature/top-k) and the routed experts per token and
 layer. ``score(tokens, n)`` returns n independent scorings.
+
+``generate_turns`` is the multi-turn rollout of a tool task (``harness.tasks.base.Tool``, a fixed slot layout
+``call | observation | answer``): decode the call (each row stops at CALL_END and then emits PAD, not
+sampled), ask the environment for the observation, prefill it into the SAME KV cache (the prefix-cache hit:
+the prompt and the call are not recomputed), decode the answer until EOS (then PAD). Routing is recorded for
+every position (prompt, call, observation, answer), and ``Rollout.mask`` marks the tokens the policy sampled
+(1) against observation, padding and forced PAD (0, with sampling log-prob 0: finite, never used).
 """
 from __future__ import annotations
 
@@ -39,8 +46,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from harness.backends.local import prefix_cache
 from harness.backends.local.model import Policy, PolicyPack, rope_tables, stacked_weights
 from harness.config import InferenceConfig
+from harness.tasks.vocab import CALL_END, EOS, PAD
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 SPLITS = (1, 2, 4)
@@ -52,6 +61,15 @@ class Rollout:
     logp: Tensor  # [B, R] sampling log-probs
     routed_experts: Tensor | None  # [B, T, L, k], -1 at the last position (never processed)
     router_logp: Tensor | None  # [B, R, L, E] router log-probs at the predicting positions
+    mask: Tensor | None = None  # [B, R] 1 = a token the policy sampled (multi-turn only; None = all)
+    # [B, T] int8, multi-turn MoE only: where each position's recorded routing comes from (prefix_cache.SAMPLED,
+    # RECOMPUTED_SAME, RECOMPUTED_OTHER after a prefix-cache miss, MISSING with replay_on_miss=missing)
+    routing_origin: Tensor | None = None
+
+    def map(self, fn) -> "Rollout":
+        """The rollout with ``fn`` applied to every tensor field (None stays None)."""
+        return Rollout(*(None if v is None else fn(v) for v in (self.tokens, self.logp, self.routed_experts,
+                                                                 self.router_logp, self.mask, self.routing_origin)))
 
 
 def rounder(dtype: torch.dtype):
@@ -173,6 +191,9 @@ class InferenceEngine:
         self.device = torch.device(device)
         self.sample_gens = [torch.Generator(self.device).manual_seed(s * 1000 + 1) for s in seeds]
         self.noise_gens = [torch.Generator(self.device).manual_seed(s * 1000 + 2) for s in seeds]
+        # the prefix cache's refills between turns (prefix_cache.refill): their own draws, so that the rows that hit
+        # are bitwise those of a full cache
+        self.cache_gens = [torch.Generator(self.device).manual_seed(s * 1000 + 7) for s in seeds]
         d, frozen = self.mcfg.d_model, {"router": [], "logits": []}
         for s in seeds:
             g = torch.Generator().manual_seed(s * 1000 + 6)
@@ -204,11 +225,14 @@ class InferenceEngine:
         self.w = w
 
     def state(self, s: int = 0) -> dict:
-        return {"sample_gen": self.sample_gens[s].get_state(), "noise_gen": self.noise_gens[s].get_state()}
+        return {"sample_gen": self.sample_gens[s].get_state(), "noise_gen": self.noise_gens[s].get_state(),
+                "cache_gen": self.cache_gens[s].get_state()}
 
     def load_state(self, state: dict, s: int = 0) -> None:
         self.sample_gens[s].set_state(state["sample_gen"])
         self.noise_gens[s].set_state(state["noise_gen"])
+        if "cache_gen" in state:  # checkpoints written before the prefix cache have none (and never drew from it)
+            self.cache_gens[s].set_state(state["cache_gen"])
 
     # ------------------------------------------------------------------------------- forward
     def _rms(self, call: _Call, x: Tensor, weight: Tensor) -> Tensor:
@@ -374,34 +398,101 @@ class InferenceEngine:
         tokens = torch.empty(s_, b, capacity, dtype=prompts.dtype, device=prompts.device)
         tokens[:, :, :p] = prompts
         logps, routed, routers = [], [], []
-        call = _Call(self.cfg, self.noise_gens, 1, self.r)  # one engine step = one batch shape
-        logits, rl, sel = self._forward(call, prompts, 0, cache, capacity)
-        if sel is not None:
-            routed.append(sel)
-            routers.append(rl[:, :, -1:])
+        logits = self._advance(prompts, 0, cache, capacity, routed, routers, 1)  # one engine step = one batch shape
         for i in range(max_new_tokens):
-            model_logp = self._model_logp(logits[:, :, -1])
-            sampler_logp = self._sampler_logp(model_logp)
-            probs = sampler_logp.exp()
-            nxt = torch.stack([torch.multinomial(probs[s], 1, generator=g) for s, g in enumerate(self.sample_gens)])
-            logps.append(self._reported(model_logp, sampler_logp).gather(-1, nxt))
+            nxt, lp = self._sample(logits)
+            logps.append(lp)
             tokens[:, :, p + i:p + i + 1] = nxt
             if i + 1 < max_new_tokens:
-                call = _Call(self.cfg, self.noise_gens, 1, self.r)
-                logits, rl, sel = self._forward(call, nxt, p + i, cache, capacity)
-                if sel is not None:
-                    routed.append(sel)
-                    routers.append(rl)
-        routed_experts = router_logp = None
-        if routed:
-            last = torch.full_like(routed[0][:, :, :1], -1)
-            routed_experts = torch.cat(routed + [last], 2)
-            router_logp = torch.cat(routers, 2)
-        roll = Rollout(tokens, torch.cat(logps, 2), routed_experts, router_logp)
+                logits = self._advance(nxt, p + i, cache, capacity, routed, routers, 1)
+        roll = Rollout(tokens, torch.cat(logps, 2), *self._routing(routed, routers))
+        return roll.map(lambda v: v[0]) if single else roll
+
+    @staticmethod
+    def _routing(routed: list[Tensor], routers: list[Tensor]) -> tuple[Tensor | None, Tensor | None]:
+        """(routed experts [S, B, T, L, k] with -1 at the last position, router log-probs [S, B, R, L, E]) of
+        the recorded forwards, or (None, None) for a dense model."""
+        if not routed:
+            return None, None
+        last = torch.full_like(routed[0][:, :, :1], -1)
+        return torch.cat(routed + [last], 2), torch.cat(routers, 2)
+
+    def _sample(self, logits: Tensor) -> tuple[Tensor, Tensor]:
+        """One token per row from the last position's logits [S, B, t, V]: (token [S, B, 1], its reported
+        log-prob [S, B, 1]), each seed from its own sampling generator."""
+        model_logp = self._model_logp(logits[:, :, -1])
+        sampler_logp = self._sampler_logp(model_logp)
+        probs = sampler_logp.exp()
+        nxt = torch.stack([torch.multinomial(probs[s], 1, generator=g) for s, g in enumerate(self.sample_gens)])
+        return nxt, self._reported(model_logp, sampler_logp).gather(-1, nxt)
+
+    def _advance(self, tokens: Tensor, start: int, cache: _Cache, capacity: int, routed: list, routers: list,
+                 predicting: int) -> Tensor:
+        """Forward ``tokens`` [S, B, t] at positions start.. into ``cache`` (one engine step), record the routing
+        of every position and the router log-probs of the last ``predicting`` ones; the logits [S, B, t, V]."""
+        call = _Call(self.cfg, self.noise_gens, 1, self.r)
+        logits, rl, sel = self._forward(call, tokens, start, cache, capacity)
+        if sel is not None:
+            routed.append(sel)
+            routers.append(rl[:, :, rl.shape[2] - predicting:])
+        return logits
+
+    def prefill(self, tokens: Tensor, gens: list[torch.Generator]) -> tuple[_Cache, Tensor | None, Tensor | None]:
+        """One fresh engine call over ``tokens`` [S, B, t] at positions 0..t-1 into a new cache, its random draws
+        from ``gens``: (the cache, router log-probs [S, B, t, L, E], selected experts [S, B, t, L, k])."""
+        cache = _Cache()
+        _, rl, sel = self._forward(_Call(self.cfg, gens, 1, self.r), tokens, 0, cache, tokens.shape[-1])
+        return cache, rl, sel
+
+    @torch.no_grad()
+    def generate_turns(self, prompts: Tensor, tool, length: int, answer_len: int) -> Rollout:
+        """The multi-turn rollout of a tool task (module docstring): prompts [B, P] or [S, B, P] ->
+        Rollout over the response slots ``call (C) | observation (O) | answer (A)`` with its mask."""
+        single = prompts.dim() == 2
         if single:
-            roll = Rollout(*(None if v is None else v[0] for v in (roll.tokens, roll.logp, roll.routed_experts,
-                                                                   roll.router_logp)))
-        return roll
+            prompts = prompts[None]
+        s_, b, p = prompts.shape
+        c, o = tool.call_len(length), tool.obs_len(length)
+        r = c + o + answer_len
+        capacity = p + r
+        tokens = torch.full((s_, b, capacity), PAD, dtype=prompts.dtype, device=prompts.device)
+        tokens[:, :, :p] = prompts
+        logp = torch.zeros(s_, b, r, device=prompts.device)
+        mask = torch.zeros(s_, b, r, device=prompts.device)
+        cache, routed, routers = _Cache(), [], []
+        step = lambda x, at, keep: self._advance(x, at, cache, capacity, routed, routers, keep)  # noqa: E731
+
+        def turn(first: int, slot: int, stop: int, logits: Tensor) -> None:
+            """Decode the policy slot [first, first + slot) of the response; a row that wrote ``stop`` emits PAD."""
+            done = torch.zeros(s_, b, 1, dtype=torch.bool, device=prompts.device)
+            for i in range(slot):
+                nxt, lp = self._sample(logits)
+                nxt = nxt.masked_fill(done, PAD)
+                at = first + i
+                tokens[:, :, p + at:p + at + 1] = nxt
+                logp[:, :, at:at + 1] = lp.masked_fill(done, 0.0)
+                mask[:, :, at:at + 1] = (~done).float()
+                done = done | (nxt == stop)
+                if i + 1 < slot:
+                    logits = step(nxt, p + at, 1)
+
+        turn(0, c, CALL_END, step(prompts, 0, 1))
+        calls = tokens[:, :, p:p + c].flatten(0, 1)
+        tokens[:, :, p + c:p + c + o] = tool.observe(prompts.flatten(0, 1), calls).view(s_, b, o).to(tokens.dtype)
+        refill = None
+        if self.cfg.prefix_cache_capacity < 1:  # while the tool runs, the contexts wait in a cache that may evict
+            refill = prefix_cache.between_turns(self, cache, tokens[:, :, :p + c - 1], tokens[:, :, p:p + c],
+                                                CALL_END, PAD)
+        # the call's last token and the observation, appended to the same cache: a hit does not recompute the
+        # prompt and the call (a miss has them re-prefilled by the refill above)
+        turn(c + o, answer_len, EOS, step(tokens[:, :, p + c - 1:p + c + o], p + c - 1, o + 1))
+        routed_experts, router_logp = self._routing(routed, routers)
+        origin = None
+        if routed_experts is not None:
+            routed_experts, router_logp, origin = prefix_cache.replay_routing(routed_experts, router_logp, refill, p,
+                                                                              self.cfg.replay_on_miss)
+        roll = Rollout(tokens, logp, routed_experts, router_logp, mask, origin)
+        return roll.map(lambda v: v[0]) if single else roll
 
     @torch.no_grad()
     def score(self, tokens: Tensor, prompt_len: int, n: int,

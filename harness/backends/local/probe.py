@@ -1,6 +1,7 @@
 """The noise probe (KwaiKAT's table): how noisy each engine's log-probs are, MoE vs dense twin.
 
-On a fixed batch sampled by the inference engine, per response token:
+On a fixed batch sampled by the inference engine, per response token (per token the policy sampled, for a
+multi-turn task):
 
     diff        = mean_i |logp_train - logp_inf[i]|
     var_rollout = Var_i(logp_inf[i])      (n fresh inference scorings)
@@ -39,14 +40,17 @@ def probe(cfg: RunConfig, n: int = 8, sequences: int = 256) -> ProbeResult:
     device = torch.device("cuda" if cfg.backend.device != "cpu" and torch.cuda.is_available() else "cpu")
     policy = policy.to(device)
     infer = InferenceEngine(policy, cfg.inference, cfg.seed, device)
-    tokens = infer.generate(prompts.to(device), task.answer_len).tokens
+    roll = task.rollout(infer, prompts.to(device))
+    tokens = roll.tokens
     train = TrainEngine(policy)
     inf = infer.score(tokens, task.prompt_len, n)  # [n, B, R]
     trn = torch.stack([train.logprobs(tokens, task.prompt_len).logp for _ in range(n)])
+    # over the policy's tokens: a multi-turn rollout's observation and padding are not sampled
+    policy_tokens = (lambda x: x) if roll.mask is None else (lambda x: x[..., roll.mask > 0])  # noqa: E731
     return ProbeResult(
         model=cfg.model.name, kind=cfg.model.kind,
-        diff=(trn[0] - inf).abs().mean().item(),
-        var_rollout=inf.var(0, unbiased=False).mean().item(),
-        var_train=trn.var(0, unbiased=False).mean().item(),
-        tokens=tokens[:, task.prompt_len:].numel(),
+        diff=policy_tokens((trn[0] - inf).abs()).mean().item(),
+        var_rollout=policy_tokens(inf.var(0, unbiased=False)).mean().item(),
+        var_train=policy_tokens(trn.var(0, unbiased=False)).mean().item(),
+        tokens=policy_tokens(tokens[:, task.prompt_len:]).numel(),
     )

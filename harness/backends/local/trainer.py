@@ -2,7 +2,8 @@
 per-seed state for exact resume. A plain run is a pack of one (``LocalTrainer``).
 
     rollout  : InferenceEngine.generate          -> tokens, logp_roll, routed experts   [S, B, ...]
-    reward   : task reward, GRPO advantages A = (r - mean_group) / (std_group + eps)
+               (a multi-turn task: generate_turns, with the response mask m: 1 = a token the policy sampled)
+    reward   : task reward (of the final answer), GRPO advantages A = (r - mean_group) / (std_group + eps)
     old      : Estimator.old_policy(context)      -> OldPolicy(logp, weight, mask, replay)
     update   : ppo_epochs x num_minibatches optimiser steps on, per seed,
                L_s = -sum_t m_t w_t min(r_t A, clip(r_t, 1-eps, 1+eps) A) / sum_t m_t
@@ -29,11 +30,13 @@ from harness import metrics as M
 from harness.backends.local.inference_engine import InferenceEngine, Rollout
 from harness.backends.local.model import PolicyPack
 from harness.backends.local.optim import PackAdamW
+from harness.backends.local.prefix_cache import replay_coverage
 from harness.backends.local.tasks import Task
 from harness.backends.local.train_engine import TrainEngine
 from harness.backends.local.warmstart import warm_start
 from harness.config import RunConfig
 from harness.estimators.base import OldPolicy, PolicyForward
+from harness.tasks.vocab import PAD
 
 
 def grpo_advantages(reward: Tensor, group_size: int, eps: float = 1e-6) -> Tensor:
@@ -46,7 +49,7 @@ def ppo_losses(ratio: Tensor, adv: Tensor, weight: Tensor, mask: Tensor, clip_ep
     """Per seed: the token-mean PPO-clipped loss over unmasked tokens, and the clipped share.
     ratio, weight, mask: [S, B, R]; adv [S, B, 1] -> ([S], [S])."""
     clipped = ratio.clamp(1 - clip_eps, 1 + clip_eps)
-    pg = torch.minimum(ratio * adv, clipped * adv)
+    pg = torch.where(mask > 0, torch.minimum(ratio * adv, clipped * adv), 0.0)  # a masked token is never read
     denom = mask.sum((1, 2)).clamp(min=1.0)
     loss = -(weight * pg * mask).sum((1, 2)) / denom
     clipfrac = (((ratio - 1).abs() > clip_eps).float() * mask).sum((1, 2)) / denom
@@ -106,14 +109,18 @@ class Batch:
 
 
 def _seed_mean(x: Tensor, mask: Tensor) -> Tensor:
-    """Masked mean within each seed's slice: [S, ...] -> [S]."""
+    """Masked mean within each seed's slice: [S, ...] -> [S], sum_t m_t x_t / sum_t m_t (a masked x_t is never
+    read, even when not finite)."""
     dims = tuple(range(1, x.dim()))
-    return (x * mask).sum(dims) / mask.sum(dims).clamp(min=1.0)
+    return torch.where(mask > 0, x, 0.0).sum(dims) / mask.sum(dims).clamp(min=1.0)
 
 
-def _flat(roll: Rollout) -> Rollout:
-    return Rollout(*(None if v is None else v.flatten(0, 1) for v in (roll.tokens, roll.logp, roll.routed_experts,
-                                                                        roll.router_logp)))
+def _token_mean(x: Tensor, mask: Tensor | None) -> Tensor:
+    """Mean over each seed's tokens [S, B, R, ...] -> [S]: every token (``mask`` None: a single-turn rollout), or
+    the policy's tokens only (mask [S, B, R]: observation and padding excluded)."""
+    if mask is None:
+        return x.flatten(1).mean(1)
+    return _seed_mean(x.flatten(3).mean(3) if x.dim() > 3 else x, mask)
 
 
 class PackTrainer:
@@ -193,11 +200,11 @@ class PackTrainer:
         pl = self.task.prompt_len
 
         t = time.perf_counter()
-        roll = _flat(self.infer.generate(prompts, self.task.answer_len))  # [S B, ...]
+        roll = self.task.rollout(self.infer, prompts).map(lambda v: v.flatten(0, 1))  # [S B, ...]
         t_roll = time.perf_counter() - t
-        reward, exact = self.task.reward(roll.tokens[:, pl:], answers.flatten(0, 1))
+        reward, exact = self.task.reward(self.task.final(roll.tokens), answers.flatten(0, 1))  # the final answer
         adv = grpo_advantages(reward, tr.group_size)
-        mask = torch.ones_like(roll.logp)
+        mask = torch.ones_like(roll.logp) if roll.mask is None else roll.mask
         return Batch(roll, pl, mask, reward, exact, adv, t_roll)
 
     def learn(self, batch: Batch, t_step: float | None = None) -> list[dict[str, float]]:
@@ -243,13 +250,14 @@ class PackTrainer:
         seeds = lambda x: x.reshape(n_s, -1, *x.shape[1:])  # noqa: E731  [S B, ...] -> [S, B, ...]
         out: dict[str, Tensor] = {}
         logp_roll, m = seeds(roll.logp), seeds(mask)
+        policy = None if roll.mask is None else m  # means over the policy's tokens (multi-turn), else every token
         rec = ctx.recompute()  # plain recompute (cached when the estimator used it)
         for prefix, logp in (("", old.logp), ("rec_", rec.logp)):
             d = seeds(logp) - logp_roll
             out[f"mismatch/{prefix}k1"] = _seed_mean(-d, m)
             out[f"mismatch/{prefix}k3"] = _seed_mean(torch.expm1(d) - d, m)
         pdiff = (seeds(rec.logp).exp() - logp_roll.exp()).abs()
-        out[M.MISMATCH_PROB_DIFF_MAX] = pdiff.flatten(1).amax(1)
+        out[M.MISMATCH_PROB_DIFF_MAX] = pdiff.masked_fill(m == 0, 0.0).flatten(1).amax(1)
         out[M.MISMATCH_PROB_DIFF_MEAN] = _seed_mean(pdiff, m)
 
         # the effective IS weight of the first update, under the pre-update weights
@@ -270,9 +278,15 @@ class PackTrainer:
             pl = self.task.prompt_len
             roll_sel = roll.routed_experts[:, pl - 1:-1].sort(-1).values
             flips = (roll_sel != rec.selected.sort(-1).values).any(-1).any(-1).float()
-            out[M.MOE_ROUTING_FLIP_RATE] = seeds(flips).flatten(1).mean(1)
+            known = policy  # a position left without routing (replay_on_miss=missing) has no rollout routing to compare
+            if policy is not None:
+                known = policy * seeds((roll_sel >= 0).all(-1).all(-1).float())
+            out[M.MOE_ROUTING_FLIP_RATE] = _token_mean(seeds(flips), known)
             p_roll = roll.router_logp
-            out[M.MOE_ROUTER_KL] = seeds((p_roll.exp() * (p_roll - rec.router_logp)).sum(-1)).flatten(1).mean(1)
+            out[M.MOE_ROUTER_KL] = _token_mean(seeds((p_roll.exp() * (p_roll - rec.router_logp)).sum(-1)), policy)
+        if roll.routing_origin is not None:  # multi-turn MoE: what the prefix cache left of the sampling-time routing
+            out[M.MOE_REPLAY_COVERAGE], out[M.MOE_REPLAY_DRIFT] = replay_coverage(seeds(roll.tokens),
+                                                                                  seeds(roll.routing_origin), PAD)
 
         return out
 
@@ -282,9 +296,11 @@ class PackTrainer:
         diag = self.cfg.diagnostics
         if diag.noise_passes < 2:
             return None
-        rows = roll.tokens.reshape(self.size, -1, roll.tokens.shape[-1])[:, : diag.noise_sequences]
+        seeds = lambda x: x.reshape(self.size, -1, *x.shape[1:])  # noqa: E731  [S B, ...] -> [S, B, ...]
+        rows = seeds(roll.tokens)[:, : diag.noise_sequences]
         s = self.infer.score(rows, self.task.prompt_len, diag.noise_passes, generator=self.diag_gens)
-        return s.var(1, unbiased=False).flatten(1).mean(1)
+        policy = None if roll.mask is None else seeds(roll.mask)[:, : diag.noise_sequences]  # the policy's tokens
+        return _token_mean(s.var(1, unbiased=False), policy)
 
     def sync_weights(self) -> None:
         """After an update: the inference engine loads the new weights (as verl syncs vLLM)."""

@@ -1,6 +1,7 @@
 """A short supervised warm start, so RL starts at a reward of ~0.2-0.5 rather than 0.
 
-Teacher-forced cross-entropy on reference answers until the *sampled* reward of the inference
+Teacher-forced cross-entropy on reference answers (a multi-turn task: on the policy's tokens of the reference
+call and answer, the observation and padding as context only) until the *sampled* reward of the inference
 path reaches ``target_reward`` (checked every ``eval_every`` steps) or ``max_steps``. Cached per
 (model, task, seed) under ``.cache/warmstart/`` so every estimator of a comparison starts from
 the same weights.
@@ -20,9 +21,10 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from harness.backends.local import train_engine
+from harness.backends.local.inference_engine import InferenceEngine
 from harness.backends.local.model import Policy, build_policy
 from harness.backends.local.tasks import Task
-from harness.config import LOCAL_NUMERICS, ROOT, ModelConfig, TaskConfig
+from harness.config import LOCAL_NUMERICS, ROOT, InferenceConfig, ModelConfig, TaskConfig
 
 CACHE = ROOT / ".cache" / "warmstart"
 
@@ -34,7 +36,14 @@ def cache_path(mcfg: ModelConfig, tcfg: TaskConfig, seed: int) -> Path:
 
 @torch.no_grad()
 def sampled_reward(policy: Policy, task: Task, gen: torch.Generator, n: int = 128) -> float:
+    """The mean reward of n responses sampled in float32 (a multi-turn task: through the inference engine's
+    multi-turn rollout in float32, deterministic, noiseless, sampling from ``gen``)."""
     prompts, answers = task.sample(n, gen)
+    if task.multi_turn:
+        engine = InferenceEngine(policy, InferenceConfig(dtype="float32", deterministic=True, batch_variance=False), 0)
+        engine.sample_gens = [gen]
+        tokens = task.rollout(engine, prompts).tokens
+        return task.reward(task.final(tokens), answers)[0].mean().item()
     tokens = prompts
     for _ in range(task.answer_len):  # plain float32 sampling from the training forward
         logits = train_engine.forward(policy, tokens).logits[:, -1]
@@ -66,9 +75,10 @@ def warm_start(mcfg: ModelConfig, tcfg: TaskConfig, seed: int, use_cache: bool =
     while reward < ws.target_reward and step < ws.max_steps:
         for _ in range(ws.eval_every):
             prompts, answers = task.sample(ws.batch_size, gen)
-            tokens = torch.cat([prompts, answers], 1)
+            response, targets = task.teacher(prompts, answers)  # targets -100: context, not loss (multi-turn)
+            tokens = torch.cat([prompts, response], 1)
             logits = train_engine.forward(policy, tokens).logits[:, task.prompt_len - 1:-1]
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), answers.reshape(-1))
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

@@ -15,6 +15,7 @@ declared by each estimator (``harness.estimators``, its ``verl.check``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from harness.errors import ConfigError
@@ -35,6 +36,11 @@ TRAINERS = ("legacy",)
 RECOMPUTE = ("none", "selective", "full")
 #: learning rates above this are the local backend's defaults leaking into an LLM run
 MAX_LLM_LR = 1e-4
+#: ``verl.tools`` by suffix -> verl's ``rollout.multi_turn`` key that loads it
+TOOL_FILES = {".py": "function_tool_path", ".yaml": "tool_config_path", ".yml": "tool_config_path"}
+#: verl keys added after the first verl runs were signed: each enters the signature only when set (not null),
+#: so the signatures of existing specs stay (harness.config.signature)
+LATER_KEYS = ("tools",)
 
 
 @dataclass
@@ -108,6 +114,11 @@ class VerlConfig:
     chat_template_kwargs: dict = field(default_factory=dict)
     #: raw verl overrides appended last, e.g. ["actor_rollout_ref.rollout.enforce_eager=True"]
     extra_overrides: list = field(default_factory=list)
+    #: multi-turn tool use: a file of verl tools, a ``.py`` of ``@function_tool`` functions (verl builds each
+    #: tool's schema from its signature and docstring) or a ``.yaml`` tool config (BaseTool classes + schemas);
+    #: relative to the project root. Set, the rollout runs verl's ToolAgentLoop (the estimator's own multi-turn
+    #: loop: mean_n's ``harness_mean_n_tool``); null = single-turn. docs/verl.md, "multi-turn mean_n"
+    tools: Optional[str] = None
 
 
 def estimator_mapping(cfg: "RunConfig") -> "Verl":
@@ -123,6 +134,22 @@ def estimator_mapping(cfg: "RunConfig") -> "Verl":
                           f"harness/estimators/ declares verl=None; mapped: {', '.join(mapped)}); refusing rather "
                           "than training it as recompute")
     return mapping
+
+
+def _check_tools(cfg: "RunConfig") -> None:
+    """``verl.tools``: a tool file verl can load, and an estimator whose rollout can be multi-turn."""
+    from harness import estimators
+
+    tools, e = cfg.verl.tools, cfg.estimator
+    _require(Path(tools).suffix in TOOL_FILES, "verl.tools",
+             f"must be a .py file of verl @function_tool functions or a .yaml verl tool config, got {tools!r}")
+    mapping = estimator_mapping(cfg)
+    _require(not mapping.agent_loop or mapping.tool_agent_loop is not None, "verl.tools",
+             f"estimator {e.name} samples with its own agent loop {mapping.agent_loop!r}, which has no multi-turn "
+             "variant (its Verl mapping declares no tool_agent_loop); it cannot run with tools")
+    _require(not (estimators.get(e.name).needs.deterministic or cfg.inference.deterministic), "verl.tools",
+             "deterministic rollouts need our seeded single-turn loop (harness_deterministic); under full "
+             "determinism verl's tool loop gives every sample of a group the same seed and request id")
 
 
 def validate(cfg: "RunConfig") -> "RunConfig":
@@ -183,6 +210,8 @@ def validate(cfg: "RunConfig") -> "RunConfig":
     _require(isinstance(v.chat_template_kwargs, dict), "verl.chat_template_kwargs", "must be a mapping")
     _require(d.max_prompt_length >= 1 and d.max_response_length >= 1, "verl.data.max_response_length",
              "prompt and response lengths must be >= 1")
+    if v.tools is not None:
+        _check_tools(cfg)
     if d.reward is not None:
         _require(d.reward.count(":") == 1 and d.reward.split(":")[0].endswith(".py"), "verl.data.reward",
                  f"must be 'path/to/file.py:function', got {d.reward!r}")
@@ -200,6 +229,10 @@ def validate(cfg: "RunConfig") -> "RunConfig":
     for key, off in (("router_noise_sigma", 0.0), ("logit_noise_sigma", 0.0), ("bias_delta", 1.0)):
         _require(getattr(i, key) == off, f"inference.{key}",
                  f"controlled perturbations exist only in the local inference engine; on verl it must stay {off}")
+    for key, off in (("prefix_cache_capacity", 1.0), ("replay_on_miss", "recompute")):
+        _require(getattr(i, key) == off, f"inference.{key}",
+                 f"the prefix-cache capacity is simulated only by the local inference engine (vLLM sizes its own "
+                 f"cache); on verl it must stay {off}")
     needs = estimators.get(e.name).needs
     _require(i.batch_variance or i.deterministic or needs.deterministic, "inference.batch_variance",
              "vLLM is batch-invariant only in full-determinism mode: set inference.deterministic=true "

@@ -100,6 +100,9 @@ def preflight(cfg: RunConfig) -> None:
         if not os.path.exists(os.path.expanduser(f)):
             problems.append(f"data file {f} is missing: prepare it with "
                             f"`{data.command(cfg.task.name, cfg.task.length, cfg.verl.data.root)}` (see docs/verl.md)")
+    tools = translate.tools_file(cfg)
+    if tools is not None and not os.path.exists(tools):
+        problems.append(f"verl.tools file {tools} is missing")
     path = cfg.model.path or ""
     if path.startswith(("/", ".", "~")) and not os.path.exists(os.path.expanduser(path)):
         problems.append(f"model.path {path} does not exist")  # a Hub id (org/name) is fetched by verl

@@ -27,13 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from harness import estimators, tasks
-from harness.backends.verl.config import estimator_mapping
+from harness.backends.verl.config import TOOL_FILES, estimator_mapping
 from harness.config import ROOT, RunConfig
 from harness.overrides import hydra_value
 from harness.tags import tag_values
 
 PLUGIN_MODULE = "harness.backends.verl.plugins"
 DETERMINISTIC_AGENT_LOOP = "harness_deterministic"
+TOOL_AGENT_LOOP = "tool_agent"  # verl's multi-turn loop (experimental/agent_loop/tool_agent_loop.py)
 ENTRYPOINT = ("-m", "verl.trainer.main_ppo")
 REWARD_FILE = Path(__file__).with_name("reward.py")
 CHECKPOINT_DIR = "verl_checkpoints"
@@ -61,8 +62,13 @@ def rollout_correction(cfg: RunConfig) -> dict[str, Any]:
 
 def agent_loop(cfg: RunConfig) -> str:
     """The rollout's agent loop: the estimator's own (mean_n's re-scoring loop), our seeded loop under full
-    determinism (verl's own gives every sample the same seed), else verl's ``single_turn_agent``."""
-    own = estimator_mapping(cfg).agent_loop
+    determinism (verl's own gives every sample the same seed), else verl's ``single_turn_agent``. With
+    ``verl.tools`` (multi-turn): the estimator's own multi-turn loop, else verl's ``tool_agent`` (config.validate
+    refused the estimators that have neither)."""
+    mapping = estimator_mapping(cfg)
+    if cfg.verl.tools is not None:
+        return mapping.tool_agent_loop or TOOL_AGENT_LOOP
+    own = mapping.agent_loop
     if own:
         return own
     if estimators.get(cfg.estimator.name).needs.deterministic or cfg.inference.deterministic:
@@ -75,6 +81,23 @@ def data_dir(cfg: RunConfig) -> Path:
     root = Path(cfg.verl.data.root)
     root = root if root.is_absolute() else ROOT / root
     return root / tasks.get(cfg.task.name).data_dir(cfg.task.length)
+
+
+def tools_file(cfg: RunConfig) -> str | None:
+    """``verl.tools`` as an absolute path (relative ones are relative to the project root), or None."""
+    tools = cfg.verl.tools
+    if tools is None:
+        return None
+    return str(Path(tools) if Path(tools).is_absolute() else ROOT / tools)
+
+
+def multi_turn(cfg: RunConfig) -> list[tuple[str, Any]]:
+    """``rollout.multi_turn`` keys of a spec with ``verl.tools`` (none without: single-turn, verl's defaults)."""
+    path = tools_file(cfg)
+    if path is None:
+        return []
+    R = "actor_rollout_ref.rollout.multi_turn"
+    return [(f"{R}.enable", True), (f"{R}.{TOOL_FILES[Path(path).suffix]}", path)]
 
 
 def data_files(cfg: RunConfig) -> tuple[str, str]:
@@ -172,6 +195,7 @@ def overrides(cfg: RunConfig, commit: str | None = None, env: dict[str, str] | N
             (f"{R}.full_determinism", deterministic), (f"{R}.seed", cfg.seed),
             (f"{R}.enable_rollout_routing_replay", needs.replay),
             (f"{R}.agent.default_agent_loop", agent_loop(cfg))]
+    out += multi_turn(cfg)
 
     # reward: ours for tasks with a text reward (the generated ones), else verl's rule reward by data_source (gsm8k)
     task = tasks.get(t.name)

@@ -28,3 +28,11 @@ def test_probe_cli_logs_moe_and_dense_runs(tmp_path):
     runs = client.search_runs([client.get_experiment_by_name("probe").experiment_id])
     assert sorted(r.data.tags["model_kind"] for r in runs) == ["dense", "moe"]
     assert all(r.data.tags["probe"] == "1" and "probe/var_rollout" in r.data.metrics for r in runs)
+
+
+def test_probe_of_a_multi_turn_task_counts_the_policys_tokens_only():
+    cfg = load(["task=lookup", "task.warmstart.max_steps=10"])
+    res = probe(cfg, n=2, sequences=16)
+    r = 3 * cfg.task.length + 2  # call + observation + answer slots
+    assert 0 < res.tokens < 16 * (r - cfg.task.length)  # never the observation, nor PAD after a stop
+    assert res.var_train == 0.0 and res.var_rollout > 0.0 and res.diff > 0.0

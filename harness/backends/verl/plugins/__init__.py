@@ -5,6 +5,7 @@ process that imports verl (the driver, the TaskRunner, the agent-loop workers, t
 gets, by importing this package:
 
 * ``mean_n``   - the agent loop ``harness_mean_n`` (``actor_rollout_ref.rollout.agent.default_agent_loop``)
+* ``mean_n_tool`` - its multi-turn variant ``harness_mean_n_tool`` on verl's ToolAgentLoop (with ``verl.tools``)
 * ``deterministic`` - the agent loop ``harness_deterministic`` (a seed and request id per sample)
 * ``rais``     - the policy loss ``harness_rais`` (``actor_rollout_ref.actor.policy_loss.loss_mode``)
 * ``rais_fsdp`` - the FSDP engine patch that feeds it router log-probs (installed only with HARNESS_RAIS=1)
@@ -13,7 +14,7 @@ gets, by importing this package:
 Each piece only acts when the run's verl config carries our ``harness`` block (translate.py),
 so a plain verl run in the same environment is unaffected.
 """
-from harness.backends.verl.plugins import deterministic, mean_n, rais, rais_fsdp, tracking  # noqa: F401  (registration)
+from harness.backends.verl.plugins import deterministic, mean_n, mean_n_tool, rais, rais_fsdp, tracking  # noqa: F401  (registration)
 
 tracking.install()
 if rais_fsdp.active():  # rais runs only: imports verl's engines (slow) and patches the FSDP engine

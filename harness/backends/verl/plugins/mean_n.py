@@ -19,7 +19,8 @@ scored concurrently. What remains to measure on a GPU is how much the passes the
 (``scripts/verl_pass_variance.py``, ``make verl-pass-variance``). The log-mean-exp of the n per-token log-probs replaces the response's
 rollout log-probs, and the run uses verl's bypass mode (``rollout_correction.bypass_mode=true``),
 so this is pi_old in the PPO ratio, with no training forward. The sampling pass's own log-probs are
-kept in ``extra_fields["harness_sampling_logprobs"]``.
+kept in ``extra_fields["harness_sampling_logprobs"]``. ``MeanNRescoring`` (the passes, log-mean-exp, 0.0 where
+the response mask is 0) is shared with the multi-turn loop ``harness_mean_n_tool`` (plugins/mean_n_tool.py).
 
 vLLM's prompt log-probs are the model's distribution before the sampler, so validate() requires
 temperature 1 and no top-k with mean_n. Greedy (temperature 0) validation rollouts are not
@@ -71,20 +72,31 @@ def mean_n_logprobs(scores: torch.Tensor) -> list[float]:
     return log_mean_prob(scores).tolist()
 
 
+def masked_mean_n_logprobs(scores: torch.Tensor, response_mask: list[int]) -> list[float]:
+    """mean_n's log-prob of every response token the policy generated (mask 1), 0.0 where the mask is 0.
+
+    0.0 at observation tokens (tool responses, chat-template boundaries) is what verl's own ToolAgentLoop
+    puts in ``response_logprobs`` there (``ContinuousTokenBuilder.align_response_metadata``); the mask keeps
+    them out of every loss and estimator sum, so their value is never read."""
+    if len(response_mask) != scores.shape[-1]:
+        raise ValueError(f"response_mask has {len(response_mask)} entries for {scores.shape[-1]} scored tokens")
+    return [lp if m else 0.0 for lp, m in zip(mean_n_logprobs(scores), response_mask)]
+
+
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register  # noqa: E402
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop  # noqa: E402
 
 
-@register(AGENT_LOOP_NAME)
-class MeanNAgentLoop(SingleTurnAgentLoop):
-    """verl's single-turn loop + n re-scorings; the response log-probs become mean_n's pi_old."""
+class MeanNRescoring:
+    """Mixed in before one of verl's agent loops: runs it as verl does, then re-scores the final sequence
+    (prompt + every response token) n times and replaces the response log-probs with mean_n's."""
 
     @property
     def mean_n(self) -> int:
         h = self.config.get("harness", None) or {}
         n = h.get("mean_n", None)
         if n is None or int(n) < 1:
-            raise RuntimeError("agent loop harness_mean_n needs +harness.mean_n=<n >= 1> in the verl config")
+            raise RuntimeError(f"agent loop {type(self).__name__} needs +harness.mean_n=<n >= 1> in the verl config")
         return int(n)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
@@ -96,5 +108,11 @@ class MeanNAgentLoop(SingleTurnAgentLoop):
             return output  # greedy validation: its log-probs are never a training denominator
         scores = await score_response(self.server_manager, output.prompt_ids, output.response_ids, self.mean_n)
         output.extra_fields["harness_sampling_logprobs"] = output.response_logprobs
-        output.response_logprobs = mean_n_logprobs(scores)
+        output.response_logprobs = masked_mean_n_logprobs(scores, output.response_mask)
         return output
+
+
+@register(AGENT_LOOP_NAME)
+class MeanNAgentLoop(MeanNRescoring, SingleTurnAgentLoop):
+    """verl's single-turn loop + n re-scorings; the response log-probs become mean_n's pi_old (its
+    response mask is all ones, so every token gets log-mean-exp)."""
