@@ -38,7 +38,8 @@ def _curve(trainer, steps, pause=0.0):
     return out
 
 
-@pytest.mark.parametrize("spec", [["estimator=recompute"], ["estimator=mean_n", "estimator.n=3"]])
+@pytest.mark.parametrize("spec", [["estimator=recompute"], ["estimator=mean_n", "estimator.n=3"],
+                                  ["task=lookup", "estimator=mean_n", "estimator.n=3"]])  # multi-turn, prefix cache
 def test_the_curve_is_the_same_whatever_the_timing_and_one_step_off_the_synchronous_one(spec):
     cfg = load([*OVERLAP, "trainer.steps=4", *spec])
     runs = []
