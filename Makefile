@@ -1,7 +1,7 @@
 # The two commands of the README. Both install into .venv first (scripts/install.sh).
 PY := .venv/bin/python
 
-.PHONY: install install-test demo test probe bench results ablation20 clean verl-smoke verl-smoke-multi-turn verl-pass-variance
+.PHONY: install install-test demo test probe bench bench-overlap results ablation20 clean verl-smoke verl-smoke-multi-turn verl-pass-variance
 
 install:
 	bash scripts/install.sh
@@ -43,6 +43,12 @@ results: install
 
 bench: install-test
 	$(PY) benchmarks/rollout_speed.py
+
+# issue 17: seconds per step of mean_8 and recompute, synchronous and with trainer.overlap (a rollout process),
+# and in a thread for comparison; the ratios mean_8 / recompute (benchmarks/README.md). OVERLAP_ARGS: more options.
+OVERLAP_ARGS ?=
+bench-overlap: install
+	$(PY) benchmarks/overlap.py --modes sync,process,thread $(OVERLAP_ARGS)
 
 # 9 estimators x 20 seeds (180 runs x 300 steps) in seed packs of 5 (sweeps/ablation20.yaml, issue 13),
 # then its report. benchmarks/rollout_speed.py prints the wall-time estimate for this machine.

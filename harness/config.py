@@ -126,6 +126,9 @@ class TrainerConfig:
     weight_decay: float = 0.0
     entropy_coef: float = 0.0
     checkpoint_every: int = 10  # steps between checkpoints (0 = none); not part of the signature
+    # one-step-off overlap (local backend, harness/backends/local/overlap.py): step t+1's rollout is generated, by a
+    # second process with the weights before step t's update, while step t's update runs; in the signature only if true
+    overlap: bool = False
 
 
 @dataclass
@@ -187,6 +190,10 @@ class RunConfig:
         return Path(self.out_dir) if self.out_dir else ROOT / "runs" / self.tracking.experiment / self.signature
 
 
+#: trainer keys added after runs were stored, with their defaults: in the signature only when set to another value
+LATER_TRAINER_KEYS: dict[str, Any] = {"overlap": False}
+
+
 def signature(spec: dict[str, Any], length: int = 10) -> str:
     """Short hash of the resolved spec without the keys that do not change what is computed
     (and without the verl section for runs of another backend: its knobs are not read there).
@@ -210,7 +217,8 @@ def signature(spec: dict[str, Any], length: int = 10) -> str:
         if isinstance(ident.get(section), dict):
             ident[section] = {k: v for k, v in ident[section].items() if k not in defaults or v != defaults[k]}
     if isinstance(ident.get("trainer"), dict):  # where a run can resume, not what it computes
-        ident["trainer"] = {k: v for k, v in ident["trainer"].items() if k != "checkpoint_every"}
+        ident["trainer"] = {k: v for k, v in ident["trainer"].items() if k != "checkpoint_every"
+                            and not (k in LATER_TRAINER_KEYS and v == LATER_TRAINER_KEYS[k])}
     blob = json.dumps(ident, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:length]
 

@@ -43,6 +43,7 @@ TIME_OLD_LOGPROB = "time/old_logprob_s"
 TIME_UPDATE = "time/update_s"
 TIME_DIAGNOSTICS = "time/diagnostics_s"
 TIME_STEP = "time/step_s"
+TIME_ROLLOUT_WAIT = "time/rollout_wait_s"
 TOKENS_PER_S = "tokens/per_s"
 # noise-probe runs only (``python -m harness.probe``, tag ``probe=1``): one value each, at step 0
 PROBE_DIFF = "probe/diff"
@@ -91,6 +92,8 @@ CATALOGUE: dict[str, str] = {
     TIME_UPDATE: "seconds spent in the PPO updates",
     TIME_DIAGNOSTICS: "seconds spent on diagnostics that are not part of the estimator",
     TIME_STEP: "wall seconds of the whole step",
+    TIME_ROLLOUT_WAIT: ("seconds the step waited for its rollout batch: all of collecting it without overlap; "
+                        "with trainer.overlap only what the previous update did not hide"),
     TOKENS_PER_S: "generated response tokens per second of rollout",
 }
 

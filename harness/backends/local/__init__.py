@@ -65,6 +65,14 @@ def launcher_problem(cfg: "RunConfig", lc: Any, label: str) -> Optional[tuple[st
         return ("launcher.cpus_per_task",
                 f"launcher.cpus_per_task: {lc.cpus_per_task} CPUs per job but {label} uses "
                 f"backend.threads={cfg.backend.threads}; raise launcher.cpus_per_task or lower backend.threads")
+    if cfg.trainer.overlap and lc.seeds_per_job > 1:
+        return ("launcher.seeds_per_job",
+                f"launcher.seeds_per_job: {label} has trainer.overlap=true (a rollout process per run); seed packs "
+                f"cannot overlap: set launcher.seeds_per_job=1 (got {lc.seeds_per_job}) or trainer.overlap=false")
+    if cfg.trainer.overlap and lc.name == "slurm" and lc.cpus_per_task < 2 * cfg.backend.threads:
+        return ("launcher.cpus_per_task",
+                f"launcher.cpus_per_task: {label} has trainer.overlap=true: two processes of backend.threads="
+                f"{cfg.backend.threads} each; give each job >= {2 * cfg.backend.threads} CPUs")
     if cfg.backend.device == "cuda" and lc.name == "slurm" and lc.gpus_per_node < 1:
         return "launcher.gpus_per_node", f"launcher.gpus_per_node: {label} runs on cuda but the jobs ask for no GPU"
     return None

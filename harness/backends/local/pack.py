@@ -32,6 +32,11 @@ def execute_pack(cfgs: list[RunConfig], rerun: bool = False, tags: dict[str, str
 
     if len({c.group_signature for c in cfgs}) != 1:
         raise ValueError("a seed pack trains seeds of one spec (the same signature without the seed)")
+    if cfgs[0].trainer.overlap:
+        from harness.errors import ConfigError
+
+        raise ConfigError("trainer.overlap", "one-step-off overlap runs one seed per process (its own rollout "
+                                             "worker); seed packs cannot use it: launcher.seeds_per_job=1")
     records = [RunRecord(c, rerun=rerun, finished_after_ms=finished_after_ms, tags=tags) for c in cfgs]
     summaries: dict[int, object] = {}
     by_step: dict[int, list[int]] = {}

@@ -51,7 +51,7 @@ def execute(cfg: RunConfig, on_step: Callable[[int, dict[str, float]], bool] | N
     from tqdm import tqdm
 
     from harness import metrics as M
-    from harness.backends.local.trainer import LocalTrainer
+    from harness.backends.local.overlap import make_trainer
     from harness.record import Interrupted, RunRecord
 
     record = RunRecord(cfg, rerun=rerun, finished_after_ms=finished_after_ms, tags=tags)
@@ -62,14 +62,18 @@ def execute(cfg: RunConfig, on_step: Callable[[int, dict[str, float]], bool] | N
     torch.manual_seed(cfg.seed)
     device = device_of(cfg)
 
-    trainer = LocalTrainer(cfg, device)
-    state = record.state
-    if state is not None:
-        trainer.load_state_dict(state["trainer"])
-        rewards = state["rewards"]
-    else:
-        rewards = []
-    tracker, logged = start(record, trainer.warmstart)
+    trainer = make_trainer(cfg, device)  # with trainer.overlap, it holds a rollout process: closed below
+    try:
+        state = record.state
+        if state is not None:
+            trainer.load_state_dict(state["trainer"])
+            rewards = state["rewards"]
+        else:
+            rewards = []
+        tracker, logged = start(record, trainer.warmstart)
+    except BaseException:
+        trainer.close()
+        raise
 
     def save_checkpoint() -> None:
         record.save_checkpoint(trainer.state_dict(), {"rewards": rewards})
@@ -106,6 +110,7 @@ def execute(cfg: RunConfig, on_step: Callable[[int, dict[str, float]], bool] | N
         raise
     finally:
         bar.close()
+        trainer.close()
 
     try:
         summary = RunSummary.of(tracker.run_id, cfg, status, trainer.step, rewards, times)

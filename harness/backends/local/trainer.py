@@ -67,13 +67,13 @@ class OldPolicyContext:
     of S seeds every tensor is [S B, ...] (seed-major rows)."""
 
     def __init__(self, train: TrainEngine, infer: InferenceEngine, roll: Rollout, prompt_len: int, mask: Tensor,
-                 size: int = 1):
+                 size: int = 1, scores: Tensor | None = None):
         self.train, self.infer, self.roll, self.prompt_len, self.size = train, infer, roll, prompt_len, size
         self.logp_roll = roll.logp
         self.mask = mask
         self.routed_experts = roll.routed_experts
         self._recompute: dict[bool, PolicyForward] = {}
-        self._scores: Tensor | None = None
+        self._scores: Tensor | None = scores  # already scored on the rollout side (trainer.overlap: overlap.py)
 
     def recompute(self, replay: Tensor | None = None) -> PolicyForward:
         key = replay is not None
@@ -104,6 +104,8 @@ class Batch:
     exact: Tensor  # [S B]
     adv: Tensor  # [S B]
     t_rollout: float  # wall seconds of the generate call
+    scores: Tensor | None = None  # [n, S B, R] the estimator's inference passes, made on the rollout side (overlap)
+    noise_scores: Tensor | None = None  # [S, n, B', R] the diagnostic passes, made on the rollout side (overlap)
 
 
 def noise_terms(logp_rec: Tensor, logp_inf: Tensor, policy: Tensor | None = None) -> dict[str, Tensor]:
@@ -203,7 +205,15 @@ class PackTrainer:
     def run_step(self) -> list[dict[str, float]]:
         """One step of every seed; the metrics of each seed."""
         t_step = time.perf_counter()
-        return self.learn(self.collect(), t_step)
+        batch = self.collect()
+        t_wait = time.perf_counter() - t_step
+        per_seed = self.learn(batch, t_step)
+        for values in per_seed:
+            values[M.TIME_ROLLOUT_WAIT] = t_wait
+        return per_seed
+
+    def close(self) -> None:
+        """Release what the trainer holds outside this process (nothing here; overlap.py's rollout worker)."""
 
     def collect(self) -> Batch:
         """The rollout half of a step: sample prompts, generate with the inference engine's current
@@ -228,19 +238,20 @@ class PackTrainer:
         t_step = time.perf_counter() if t_step is None else t_step
         n_s, roll, pl, mask, reward, exact, adv = (self.size, batch.roll, batch.prompt_len, batch.mask, batch.reward,
                                                    batch.exact, batch.adv)
-        ctx = OldPolicyContext(self.train, self.infer, roll, pl, mask, n_s)
+        ctx = OldPolicyContext(self.train, self.infer, roll, pl, mask, n_s, batch.scores)
         t = time.perf_counter()
         old = self.estimator.old_policy(ctx)
         t_old = time.perf_counter() - t
 
         t = time.perf_counter()
-        out = self._diagnostics(ctx, old, roll, mask)
+        noise = batch.noise_scores if batch.noise_scores is not None else self.noise_scores(roll)
+        out = self._diagnostics(ctx, old, roll, mask, noise)
         t_diag = time.perf_counter() - t
 
         t = time.perf_counter()
         out.update(self._update(roll.tokens, pl, adv, old))
         t_update = time.perf_counter() - t
-        self.infer.load_weights(self.policy)
+        self.sync_weights()
         self.step += 1
 
         t_all = time.perf_counter() - t_step
@@ -257,7 +268,8 @@ class PackTrainer:
                            M.TOKENS_PER_S: tokens / max(t_roll, 1e-9)})
         return per_seed
 
-    def _diagnostics(self, ctx: OldPolicyContext, old: OldPolicy, roll: Rollout, mask: Tensor) -> dict[str, Tensor]:
+    def _diagnostics(self, ctx: OldPolicyContext, old: OldPolicy, roll: Rollout, mask: Tensor,
+                     noise_scores: Tensor | None = None) -> dict[str, Tensor]:
         n_s = self.size
         seeds = lambda x: x.reshape(n_s, -1, *x.shape[1:])  # noqa: E731  [S B, ...] -> [S, B, ...]
         out: dict[str, Tensor] = {}
@@ -300,13 +312,25 @@ class PackTrainer:
             out[M.MOE_REPLAY_COVERAGE], out[M.MOE_REPLAY_DRIFT] = replay_coverage(seeds(roll.tokens),
                                                                                   seeds(roll.routing_origin), PAD)
 
-        diag = self.cfg.diagnostics
-        if diag.noise_passes >= 2:
-            rows = seeds(roll.tokens)[:, : diag.noise_sequences]
-            s = self.infer.score(rows, self.task.prompt_len, diag.noise_passes, generator=self.diag_gens)
-            out.update(noise_terms(seeds(rec.logp)[:, : diag.noise_sequences], s,
+        if noise_scores is not None:
+            diag = self.cfg.diagnostics
+            out.update(noise_terms(seeds(rec.logp)[:, : diag.noise_sequences], noise_scores,
                                    None if policy is None else policy[:, : diag.noise_sequences]))
         return out
+
+    def noise_scores(self, roll: Rollout) -> Tensor | None:
+        """The diagnostic passes [S, n, B', R]: ``diagnostics.noise_passes`` fresh inference scorings of the first
+        ``noise_sequences`` sequences of each seed (None when off), from which ``_diagnostics`` logs
+        noise/var_rollout and mismatch/bias_sq (``noise_terms``)."""
+        diag = self.cfg.diagnostics
+        if diag.noise_passes < 2:
+            return None
+        rows = roll.tokens.reshape(self.size, -1, roll.tokens.shape[-1])[:, : diag.noise_sequences]
+        return self.infer.score(rows, self.task.prompt_len, diag.noise_passes, generator=self.diag_gens)
+
+    def sync_weights(self) -> None:
+        """After an update: the inference engine loads the new weights (as verl syncs vLLM)."""
+        self.infer.load_weights(self.policy)
 
     def _update(self, tokens: Tensor, pl: int, adv: Tensor, old: OldPolicy) -> dict[str, Tensor]:
         tr, n_s = self.cfg.trainer, self.size

@@ -240,6 +240,9 @@ def validate(cfg: "RunConfig") -> "RunConfig":
     _require(i.dtype in ("bfloat16", "float16"), "inference.dtype",
              f"vLLM rollouts on verl run in bfloat16 or float16, got {i.dtype}")
 
+    _require(not tr.overlap, "trainer.overlap",
+             "one-step-off overlap is the local backend's (harness/backends/local/overlap.py); on verl it is not "
+             "mapped yet (verl's own one-step-off recipe), so a run with it would silently train synchronously")
     # trainer -> verl batch geometry
     _require(tr.prompts_per_step % tr.num_minibatches == 0, "trainer.num_minibatches",
              f"verl splits the {tr.prompts_per_step} prompts of a step into mini-batches of whole prompt groups: "
