@@ -1,7 +1,7 @@
 # The two commands of the README. Both install into .venv first (scripts/install.sh).
 PY := .venv/bin/python
 
-.PHONY: install install-test demo test probe bench bench-overlap results ablation20 clean verl-smoke verl-smoke-multi-turn verl-pass-variance
+.PHONY: install install-test demo test probe bench bench-overlap results calibrated agentic ablation20 clean verl-smoke verl-smoke-multi-turn verl-pass-variance
 
 install:
 	bash scripts/install.sh
@@ -50,7 +50,20 @@ OVERLAP_ARGS ?=
 bench-overlap: install
 	$(PY) benchmarks/overlap.py --modes sync,process,thread $(OVERLAP_ARGS)
 
-# 9 estimators x 20 seeds (180 runs x 300 steps) in seed packs of 5 (sweeps/ablation20.yaml, issue 13),
+# issue 15's headline: every estimator at router noise 0.1 (KwaiKAT's var_rollout) x 10 seeds in packs of 5
+# (sweeps/calibrated.yaml), then its report (docs/results/calibrated).
+calibrated: install
+	$(PY) -m harness.sweep sweeps/calibrated.yaml launcher=local --wait
+	$(PY) -m analysis report --experiment calibrated --out docs/results/calibrated
+
+# issue 17: R3 at replay coverage 1.0/0.9/0.7/0.5 beside mean_8 and recompute on the multi-turn lookup task x 10
+# seeds (sweeps/agentic.yaml, ~50 min on 2 quiet cores), its report (docs/results/agentic) and docs/results.md's tables.
+agentic: install
+	$(PY) -m harness.sweep sweeps/agentic.yaml launcher=local --wait
+	$(PY) -m analysis report --experiment agentic --group-by inference.prefix_cache_capacity --out docs/results/agentic
+	$(PY) -m analysis readme docs/results.md
+
+# 10 estimators x 20 seeds (200 runs x 300 steps) in seed packs of 5 (sweeps/ablation20.yaml, issue 13),
 # then its report. benchmarks/rollout_speed.py prints the wall-time estimate for this machine.
 ablation20: install
 	$(PY) -m harness.sweep sweeps/ablation20.yaml launcher=local --wait
