@@ -98,6 +98,7 @@ def test_local_numerics_version_is_part_of_the_signature(monkeypatch):
     (["task=lookup", "inference.replay_on_miss=drop"], "inference.replay_on_miss", "allowed: recompute, missing"),
     (["inference.prefix_cache_capacity=0.5"], "inference.prefix_cache_capacity", "multi-turn task (lookup)"),
     (["inference.replay_on_miss=missing"], "inference.replay_on_miss", "single-turn"),
+    (["task=lookup", "inference.replay_on_miss=missing"], "inference.replay_on_miss", "never evicts"),
     (["backend=verl", "model=qwen3_30b_a3b", "trainer.lr=1e-6", "inference.prefix_cache_capacity=0.5"],
      "inference.prefix_cache_capacity", "only by the local inference engine"),
 ])
@@ -116,7 +117,7 @@ def test_prefix_cache_knobs_enter_the_signature_only_when_set():
     assert signature(spec) == base.signature
     assert load(["task=lookup", "inference.prefix_cache_capacity=1.0"]).signature == base.signature
     sigs = {load(["task=lookup", *o]).signature for o in (["inference.prefix_cache_capacity=0.5"],
-                                                          ["inference.replay_on_miss=missing"],
+                                                          ["inference.prefix_cache_capacity=0.3"],
                                                           ["inference.prefix_cache_capacity=0.5",
                                                            "inference.replay_on_miss=missing"])}
     assert len(sigs) == 3 and base.signature not in sigs

@@ -16,7 +16,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def validate(cfg: "RunConfig") -> None:
     """The local backend runs the tasks that declare it (``harness.tasks.names("local")``: generated ones)
-    and builds its model from the config (no checkpoint path); the prefix cache's knobs need a multi-turn task."""
+    and builds its model from the config (no checkpoint path); the prefix cache's knobs need a multi-turn task,
+    and ``replay_on_miss`` a cache that can miss (capacity < 1)."""
     from harness import tasks
     from harness.errors import ConfigError
 
@@ -31,6 +32,9 @@ def validate(cfg: "RunConfig") -> None:
                 multi = [n for n in allowed if tasks.get(n).tool is not None]
                 raise ConfigError(f"inference.{key}", f"the prefix cache between turns needs a multi-turn task "
                                   f"({', '.join(multi)}); task {t.name} is single-turn: leave it {off}")
+    elif i.replay_on_miss == "missing" and i.prefix_cache_capacity >= 1.0:  # a no-op under a new signature
+        raise ConfigError("inference.replay_on_miss", f"{i.replay_on_miss!r} is what a prefix-cache miss replays, but "
+                          "inference.prefix_cache_capacity=1.0 never evicts: set a capacity < 1 or leave it recompute")
     if m.path is not None:
         raise ConfigError("model.path", f"a checkpoint path is for backend=verl; the local backend builds {m.name} "
                                         "from its config")

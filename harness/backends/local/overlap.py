@@ -20,7 +20,8 @@ passes; the training side computes pi_old (recompute etc.), diagnostics and the 
   order of messages is fixed, so the curve does not depend on timing.
 - **Checkpoint**: ``state_dict`` drains the batch in flight and stores it (``pending``) with the rollout
   side's generators as they were after making it (``data_gen``, ``diag_gen``, ``infer``); a resume trains
-  on that batch and restarts the worker's generators from there: bitwise the run that was not stopped.
+  on that batch (moved to the trainer's device: checkpoints are read onto the CPU) and restarts the worker's
+  generators from there: bitwise the run that was not stopped.
 - **Signals and failure**: the worker ignores SIGINT/SIGTERM (the run's own handler finishes the step,
   checkpoints and closes the worker), dies with its parent (``PR_SET_PDEATHSIG`` on Linux, and the end of
   the pipe anywhere), and sends back any exception's traceback, which the trainer raises.
@@ -74,6 +75,14 @@ def _die_with_parent(parent: int) -> None:
         pass
     if os.getppid() != parent:  # the parent died before prctl
         os._exit(0)
+
+
+def _on(batch: Batch | None, device: torch.device) -> Batch | None:
+    """The batch with every tensor on ``device`` (None stays None)."""
+    if batch is None:
+        return None
+    to = lambda v: v.to(device) if isinstance(v, torch.Tensor) else v  # noqa: E731
+    return Batch(**{k: batch.roll.map(to) if k == "roll" else to(v) for k, v in vars(batch).items()})
 
 
 class RolloutSide:
@@ -240,7 +249,7 @@ class OverlapTrainer(LocalTrainer):
         self.rollout_state = {k: state[k] for k in ROLLOUT_STATE}
         self.worker.send("load_state", self.rollout_state)
         self.worker.reply()
-        self.pending = state.get("pending")
+        self.pending = _on(state.get("pending"), self.device)  # harness.record loads checkpoints onto the CPU
 
     def close(self) -> None:
         """Take the batch in flight (so the worker is not left blocked sending it), then stop the worker."""

@@ -120,6 +120,30 @@ def test_a_checkpoint_holds_the_batch_in_flight_and_resumes_bitwise():
     assert head[:2] + tail == want
 
 
+def test_a_resumed_batch_in_flight_moves_to_the_trainers_device():
+    """harness.record loads a checkpoint with map_location="cpu": the stored batch in flight must join the
+    trainer's device (on cuda it would otherwise meet the model on another device). No second real device
+    here: the resumed trainer's device is set to ``meta`` after construction, and the CPU batch must follow."""
+    cfg = load([*OVERLAP, "trainer.steps=3"])
+    first = OverlapTrainer(cfg, CPU)
+    try:
+        first.run_step()
+        state = first.state_dict()
+    finally:
+        first.close()
+    assert state["pending"] is not None and state["pending"].adv.device == CPU
+    resumed = OverlapTrainer(cfg, CPU)
+    try:
+        resumed.device = torch.device("meta")
+        resumed.load_state_dict(state)
+        batch = resumed.pending
+        tensors = [v for v in vars(batch).values() if isinstance(v, torch.Tensor)]
+        tensors += [v for v in (batch.roll.tokens, batch.roll.logp, batch.roll.routed_experts) if v is not None]
+        assert len(tensors) >= 7 and all(v.device.type == "meta" for v in tensors)
+    finally:
+        resumed.close()
+
+
 def test_the_worker_reports_its_failure_and_close_leaves_no_process():
     cfg = load([*OVERLAP, "trainer.steps=3"])
     tr = OverlapTrainer(cfg, CPU)
