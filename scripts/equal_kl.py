@@ -45,6 +45,8 @@ def main() -> None:
     cfg = load(["inference.router_noise_sigma=0", *args.overrides])
     policy, _ = warm_start(cfg.model, cfg.task, cfg.seed)
     task = Task(cfg.task)
+    if task.spec.tool is not None:  # its KL would be over observation and padding tokens too
+        raise SystemExit(f"error: task: equal_kl.py measures single-turn tasks; {cfg.task.name!r} is multi-turn")
     prompts, _ = task.sample(256, torch.Generator().manual_seed(0))
     tokens = InferenceEngine(policy, cfg.inference, cfg.seed).generate(prompts, task.answer_len).tokens
     with_ = lambda **kw: dataclasses.replace(cfg, inference=dataclasses.replace(cfg.inference, **kw))  # noqa: E731
