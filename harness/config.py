@@ -32,6 +32,10 @@ NON_IDENTITY_KEYS = ("tracking", "launcher", "out_dir")
 #: the local kernels changes a curve bitwise, so that runs computed by older kernels are never found as
 #: "finished" for the new code, nor pooled with its runs (2: grouped expert GEMMs, seed packs, batched mean_n)
 LOCAL_NUMERICS = 2
+#: since issue 15 the local training engine applies ``inference.temperature`` to its log-probs (before, logp_rec
+#: was at T = 1 whatever the sampler's T): a local spec at T != 1 computes something new, so its signature carries
+#: this marker; at T = 1 nothing changed (no division) and the signature stays. verl's actor always applied T.
+LOCAL_TRAIN_TEMPERATURE = "sampler"
 #: keys added after runs were stored, with their defaults: a key enters the signature only when set to another
 #: value, so every spec that leaves it alone keeps the signature it was stored under
 LATE_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -203,7 +207,8 @@ def signature(spec: dict[str, Any], length: int = 10) -> str:
     every stored run was signed; a parameter registered later enters the signature only when set (not null),
     so adding an estimator never changes the signature of an existing spec. Likewise a key in ``LATE_DEFAULTS``
     (added after runs were stored) enters it only when set to another value than its default, and a verl key
-    added later (``harness.backends.verl.config.LATER_KEYS``, e.g. ``verl.tools``) only when set (not null)."""
+    added later (``harness.backends.verl.config.LATER_KEYS``, e.g. ``verl.tools``) only when set (not null). A local
+    spec at ``inference.temperature`` != 1 also signs ``LOCAL_TRAIN_TEMPERATURE`` (its training log-probs changed)."""
     ident = {k: v for k, v in spec.items() if k not in NON_IDENTITY_KEYS}
     if isinstance(ident.get("estimator"), dict):
         ident["estimator"] = {k: v for k, v in ident["estimator"].items()
@@ -211,6 +216,8 @@ def signature(spec: dict[str, Any], length: int = 10) -> str:
     if (spec.get("backend") or {}).get("name") != "verl":
         ident.pop("verl", None)
         ident["local_numerics"] = LOCAL_NUMERICS
+        if (ident.get("inference") or {}).get("temperature", 1.0) != 1.0:
+            ident["train_temperature"] = LOCAL_TRAIN_TEMPERATURE
     elif isinstance(ident.get("verl"), dict):  # a verl key added later enters only when set
         ident["verl"] = {k: v for k, v in ident["verl"].items() if v is not None or k not in VERL_LATER_KEYS}
     for section, defaults in LATE_DEFAULTS.items():

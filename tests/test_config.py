@@ -134,3 +134,18 @@ def test_a_late_key_enters_the_signature_only_off_its_old_default():
     spec = a.to_dict()
     del spec["inference"]["top_p"]  # the spec of a run stored before the key existed
     assert C.signature(spec) == a.signature
+
+
+def test_a_local_spec_off_temperature_1_is_not_signed_as_before_the_trainer_applied_the_temperature():
+    """Until issue 15 the local training engine ignored ``inference.temperature`` (logp_rec at T = 1); now it
+    applies it (train_engine.response_view): a spec at T != 1 computes something new, so it must not answer with a
+    run stored under its old signature. b5b8724e5b is what commit 4954f41 signed ``inference.temperature=0.7``
+    with (train at T = 1). T = 1 (every stored curve) and verl (whose actor always applied T) keep theirs."""
+    import harness.config as C
+
+    assert load(["inference.temperature=0.7"]).signature != "b5b8724e5b"
+    spec = load([]).to_dict()
+    assert C.signature(spec) == load(["inference.temperature=1.0"]).signature
+    # verl at T = 0.7: the signature 4954f41 gave it (its meaning did not change)
+    assert load(["backend=verl", "model=qwen3_30b_a3b", "trainer.lr=1e-6",
+                 "inference.temperature=0.7"]).signature == "fab6b12b65"

@@ -1,6 +1,7 @@
 """``mean_n``: pi_old = the mean of the token PROBABILITIES of n fresh inference passes (KwaiKAT).
 
     logp_old = log( (1/n) sum_{i=1..n} exp(logp_inf[i]) )          (log-mean-exp)
+    mask_t   = 0 where logp_old_t = -inf (no pass keeps the token: processed top-k / top-p)
 
 Each ``logp_inf[i]`` is an independent re-scoring of prompt+response by the inference engine
 (its own random expert-combine order, batch composition and injected noise), independent of the
@@ -71,4 +72,11 @@ class MeanN(Estimator):
                 check=_verl_check)
 
     def old_policy(self, ctx) -> OldPolicy:
-        return self.plain(ctx, log_mean_prob(ctx.score(self.params.n)))
+        """pi_old = log_mean_prob of the n passes; a token that no pass keeps (log-prob -inf in all n: processed
+        mode with top-k / top-p, the token outside every pass's nucleus) has no finite pi_old and is left out of
+        the loss (mask 0, logp 0) rather than turning the PPO ratio and the loss infinite."""
+        logp = log_mean_prob(ctx.score(self.params.n))
+        kept = logp.isfinite()
+        old = self.plain(ctx, logp.masked_fill(~kept, 0.0))
+        old.mask = old.mask * kept.to(old.mask.dtype)
+        return old

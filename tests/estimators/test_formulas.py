@@ -131,6 +131,21 @@ def test_mean_n_is_the_log_of_the_mean_probability_not_the_mean_log():
     torch.testing.assert_close(log_mean_prob(scores), L(torch.tensor([[0.4]])))
 
 
+def test_mean_n_leaves_out_a_token_that_no_pass_keeps():
+    """processed mode with top-k / top-p: a pass can give the sampled token probability 0 (log-prob -inf). With
+    every pass at 0 there is no finite pi_old: that token is left out of the loss (mask 0, logp 0), never a -inf
+    that makes the PPO ratio and the loss infinite (the run would be stopped as 'diverged')."""
+    inf = float("inf")
+    scores = torch.tensor([[[L(torch.tensor(0.2)).item(), -inf, -inf]], [[-inf, -inf, L(torch.tensor(0.4)).item()]]])
+    ctx = Ctx(ROLL[:1, :1].expand(1, 3), REC[:1, :1].expand(1, 3), scores=scores)
+    old = est("mean_n", n=2).old_policy(ctx)
+    torch.testing.assert_close(old.logp, torch.tensor([[math.log(0.1), 0.0, math.log(0.2)]]))
+    torch.testing.assert_close(old.mask, torch.tensor([[1.0, 0.0, 1.0]]))
+    from harness.backends.local.trainer import ppo_loss
+    loss, _ = ppo_loss((REC[:1, :1].expand(1, 3) - old.logp).exp(), torch.tensor([[1.0]]), old.weight, old.mask, 0.2)
+    assert math.isfinite(loss.item())
+
+
 def test_r3_replays_the_rollout_routing():
     routed = torch.tensor([[[[1, 2]], [[0, 3]], [[-1, -1]]]])
     ctx = Ctx(ROLL[:1], REC[:1], routed=routed)

@@ -7,7 +7,8 @@ multi-turn task):
     var_rollout = Var_i(logp_inf[i])      (n fresh inference scorings)
     var_train   = Var_i(logp_train[i])    (n training-engine forwards)
 
-averaged over tokens. KwaiKAT (Qwen3, vLLM vs Megatron): dense 0.002 / 1e-5 / 0 and MoE
+averaged over tokens (leaving out a token that a pass scores -inf: outside its nucleus, processed mode with
+top-k / top-p). KwaiKAT (Qwen3, vLLM vs Megatron): dense 0.002 / 1e-5 / 0 and MoE
 0.008 / 1e-3 / 1e-7.
 """
 from __future__ import annotations
@@ -45,8 +46,13 @@ def probe(cfg: RunConfig, n: int = 8, sequences: int = 256) -> ProbeResult:
     train = TrainEngine(policy, cfg.inference.temperature)
     inf = infer.score(tokens, task.prompt_len, n)  # [n, B, R]
     trn = torch.stack([train.logprobs(tokens, task.prompt_len).logp for _ in range(n)])
-    # over the policy's tokens: a multi-turn rollout's observation and padding are not sampled
-    policy_tokens = (lambda x: x) if roll.mask is None else (lambda x: x[..., roll.mask > 0])  # noqa: E731
+    # over the policy's tokens: a multi-turn rollout's observation and padding are not sampled; and over the tokens
+    # every pass scores finitely (processed top-k / top-p: a pass can put the sampled token outside its nucleus)
+    keep = torch.isfinite(inf).all(0)
+    if roll.mask is not None:
+        keep = keep & (roll.mask > 0)
+    plain = roll.mask is None and bool(keep.all())
+    policy_tokens = (lambda x: x) if plain else (lambda x: x[..., keep])  # noqa: E731
     return ProbeResult(
         model=cfg.model.name, kind=cfg.model.kind,
         diff=policy_tokens((trn[0] - inf).abs()).mean().item(),

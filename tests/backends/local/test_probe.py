@@ -1,4 +1,5 @@
 """The noise probe: training engine noiseless, inference engine noisy, router noise amplifies it."""
+import math
 import subprocess
 import sys
 
@@ -36,3 +37,12 @@ def test_probe_of_a_multi_turn_task_counts_the_policys_tokens_only():
     r = 3 * cfg.task.length + 2  # call + observation + answer slots
     assert 0 < res.tokens < 16 * (r - cfg.task.length)  # never the observation, nor PAD after a stop
     assert res.var_train == 0.0 and res.var_rollout > 0.0 and res.diff > 0.0
+
+
+def test_probe_with_a_nucleus_leaves_out_tokens_a_pass_puts_outside_it():
+    """processed mode with top-p: a re-scoring pass can give the sampled token probability 0 (log-prob -inf);
+    such a token has no finite diff / variance and is left out (as mismatch/outside_support_frac's diagnostics),
+    instead of turning diff into inf and var_rollout into nan."""
+    res = probe(load(["inference.temperature=0.7", "inference.top_p=0.9"]), n=4, sequences=32)
+    assert math.isfinite(res.diff) and math.isfinite(res.var_rollout) and res.var_rollout > 0.0
+    assert 0 < res.tokens <= 32 * 5  # sort: 5 response tokens per sequence

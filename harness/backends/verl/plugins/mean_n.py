@@ -23,7 +23,7 @@ kept in ``extra_fields["harness_sampling_logprobs"]``. ``MeanNRescoring`` (the p
 the response mask is 0) is shared with the multi-turn loop ``harness_mean_n_tool`` (plugins/mean_n_tool.py).
 
 vLLM's prompt log-probs are the model's distribution before the sampler, so validate() requires
-temperature 1 and no top-k with mean_n. Greedy (temperature 0) validation rollouts are not
+temperature 1, no top-k and top-p 1 with mean_n (and mean_n_tis). Greedy (temperature 0) validation rollouts are not
 re-scored.
 """
 from __future__ import annotations
