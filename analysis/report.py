@@ -20,6 +20,8 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
+from harness import metrics as M
+
 from .config import AnalysisConfig, ConfigError
 from .load import SUMMARY_TAG, Experiment, load_experiment
 from .measures import measure_experiment
@@ -66,7 +68,7 @@ def build_report(
     if x not in (None, "n", "clip_c"):
         raise ConfigError(f"--x must be n or clip_c, got {x!r}")
     out = Path(out_dir) if out_dir else Path("figures") / experiment
-    metrics = (cfg.reward_metric, cfg.loss_metric, cfg.kl_metric, cfg.time_metric)
+    metrics = (cfg.reward_metric, cfg.loss_metric, cfg.kl_metric, cfg.time_metric, M.MOE_REPLAY_COVERAGE)
     exp = load_experiment(experiment, tracking_uri, metrics=metrics, filter_string=filter_string, group_by=group_by,
                           include_unfinished=include_unfinished)
     out.mkdir(parents=True, exist_ok=True)  # only once the experiment is there: a bad name leaves no folder
