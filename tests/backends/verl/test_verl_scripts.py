@@ -40,13 +40,14 @@ def test_every_smoke_run_spec_is_valid_for_verl(tmp_path):
 
 @pytest.mark.filterwarnings("ignore:Disabled critic:UserWarning")
 def test_every_multi_turn_smoke_spec_is_valid_for_verl(tmp_path):
-    """``make verl-smoke-multi-turn``: every estimator but deterministic (refused with tools), on verl's tool loop."""
+    """``make verl-smoke-multi-turn``: every estimator but deterministic and mean_n_tis (refused with tools: mean_n_tis
+    has its own single-turn agent loop and no multi-turn variant), on verl's tool loop."""
     from harness.backends.verl import translate
     from harness.backends.verl.config import validate
 
     smoke = _script("verl_smoke")
     ests = smoke.multi_turn_estimators(tmp_path)
-    assert set(ests) == set(smoke.ESTIMATORS) - {"deterministic"}
+    assert set(ests) == set(smoke.ESTIMATORS) - {"deterministic", "mean_n_tis"}
     for est in ests:
         cfg = validate(load(smoke.overrides(est, tmp_path / "model", tmp_path, 1, multi_turn=True)))
         r = translate.verl_config(cfg, check=True).actor_rollout_ref.rollout
@@ -54,6 +55,7 @@ def test_every_multi_turn_smoke_spec_is_valid_for_verl(tmp_path):
         assert r.agent.default_agent_loop == ("harness_mean_n_tool" if est == "mean_n" else "tool_agent")
         assert cfg.run_dir.name == f"{est}-multi_turn"
     assert smoke.main(["--multi-turn", "--estimators", "deterministic"]) == 2
+    assert smoke.main(["--multi-turn", "--estimators", "mean_n_tis"]) == 2
 
 
 def test_pass_variance_layout_matches_what_mean_n_reads():
