@@ -40,6 +40,7 @@ LOCAL_TRAIN_TEMPERATURE = "sampler"
 #: value, so every spec that leaves it alone keeps the signature it was stored under
 LATE_DEFAULTS: dict[str, dict[str, Any]] = {
     "inference": {"prefix_cache_capacity": 1.0, "replay_on_miss": "recompute", "top_p": 1.0},
+    "trainer": {"overlap": False},
 }
 
 
@@ -194,10 +195,6 @@ class RunConfig:
         return Path(self.out_dir) if self.out_dir else ROOT / "runs" / self.tracking.experiment / self.signature
 
 
-#: trainer keys added after runs were stored, with their defaults: in the signature only when set to another value
-LATER_TRAINER_KEYS: dict[str, Any] = {"overlap": False}
-
-
 def signature(spec: dict[str, Any], length: int = 10) -> str:
     """Short hash of the resolved spec without the keys that do not change what is computed
     (and without the verl section for runs of another backend: its knobs are not read there).
@@ -224,8 +221,7 @@ def signature(spec: dict[str, Any], length: int = 10) -> str:
         if isinstance(ident.get(section), dict):
             ident[section] = {k: v for k, v in ident[section].items() if k not in defaults or v != defaults[k]}
     if isinstance(ident.get("trainer"), dict):  # where a run can resume, not what it computes
-        ident["trainer"] = {k: v for k, v in ident["trainer"].items() if k != "checkpoint_every"
-                            and not (k in LATER_TRAINER_KEYS and v == LATER_TRAINER_KEYS[k])}
+        ident["trainer"] = {k: v for k, v in ident["trainer"].items() if k != "checkpoint_every"}
     blob = json.dumps(ident, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:length]
 
