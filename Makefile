@@ -19,11 +19,12 @@ test: install-test
 probe: install
 	$(PY) -m harness.probe
 
-# docs/results.md (issue 6), regenerated end to end: the noise probes, the three sweeps (runs
-# already finished are skipped), the reports under docs/results/, then docs/results.md's generated tables.
-# The ablation and n-sweep (both log to experiment ablation) go to docs/results/ablation_v2, which sections
-# 2a and 3 read; docs/results/ablation is the numerics-1 report (section 2), whose runs no store has, and is
-# not rewritten. About 85 min on 2 cores; each sweep also runs on Slurm with launcher=slurm.
+# docs/results.md, regenerated end to end (issues 6 and 15): the noise probes; issue 15's four sweeps at
+# KwaiKAT-calibrated noise (router sigma 0.1): the headline (every estimator), mean_n's n-sweep, the sampler arms
+# (raw vs processed log-probs) and the noise-vs-bias dose-response; the sigma = 1 stress arm (the ablation and its
+# n-sweep, 5 seeds); the reports under docs/results/ and docs/results.md's generated tables. Runs already finished
+# in the store are skipped, so a rerun only fills what is missing. Every sweep also runs on Slurm (launcher=slurm).
+# Wall time from an empty store on 2 cores: docs/results.md, top.
 PROBE := $(PY) -m harness.probe tracking.experiment=noise_probe
 results: install
 	$(PROBE)
@@ -31,14 +32,20 @@ results: install
 	$(PROBE) inference.router_noise_sigma=0
 	$(PROBE) inference.router_noise_sigma=0 model.n_layers=4
 	$(PROBE) inference.router_noise_sigma=0 model.n_layers=8
+	$(PY) -m harness.sweep sweeps/calibrated.yaml launcher=local --wait
+	$(PY) -m harness.sweep sweeps/n_calibrated.yaml launcher=local --wait
+	$(PY) -m harness.sweep sweeps/sampler.yaml launcher=local --wait
+	$(PY) -m harness.sweep sweeps/dose.yaml launcher=local --wait
 	$(PY) -m harness.sweep sweeps/ablation.yaml launcher=local --wait
 	$(PY) -m harness.sweep sweeps/n_sweep.yaml launcher=local --wait
-	$(PY) -m harness.sweep sweeps/noise_bias.yaml launcher=local --wait
 	$(PY) -m analysis report --experiment noise_probe --out docs/results/noise_probe
+	$(PY) -m analysis report --experiment calibrated --x n --out docs/results/calibrated
+	$(PY) -m analysis report --experiment sampler --group-by inference.logprobs_mode --out docs/results/sampler
+	$(PY) -m analysis report --experiment dose --group-by perturbation --out docs/results/dose
+	$(PY) -m analysis dose --experiment dose --out docs/results/dose
+	$(PY) scripts/equal_kl.py --sigmas 0.05,0.1,0.2 --deltas 0.9,0.8,0.7 > docs/results/dose/equal_kl.txt
+	for s in 0.1 0.3 1.0; do $(PY) scripts/equal_kl.py --sigmas "" --deltas "" inference.router_noise_sigma=$$s; done >> docs/results/dose/equal_kl.txt
 	$(PY) -m analysis report --experiment ablation --x n --out docs/results/ablation_v2
-	$(PY) -m analysis report --experiment noise_bias --group-by perturbation --out docs/results/noise_bias
-	$(PY) scripts/equal_kl.py --sigmas 0.5 --deltas 0.7,0.3 > docs/results/noise_bias/equal_kl.txt
-	$(PY) scripts/equal_kl.py --sigmas "" --deltas "" inference.router_noise_sigma=1.0 >> docs/results/noise_bias/equal_kl.txt
 	$(PY) -m analysis readme docs/results.md
 
 bench: install-test
@@ -50,11 +57,12 @@ OVERLAP_ARGS ?=
 bench-overlap: install
 	$(PY) benchmarks/overlap.py --modes sync,process,thread $(OVERLAP_ARGS)
 
-# issue 15's headline: every estimator at router noise 0.1 (KwaiKAT's var_rollout) x 10 seeds in packs of 5
-# (sweeps/calibrated.yaml), then its report (docs/results/calibrated).
+# issue 15's headline alone: every estimator at router noise 0.1 (KwaiKAT's var_rollout) and mean_n's n-sweep
+# x 10 seeds in packs of 5 (sweeps/calibrated.yaml, sweeps/n_calibrated.yaml), then its report (docs/results/calibrated).
 calibrated: install
 	$(PY) -m harness.sweep sweeps/calibrated.yaml launcher=local --wait
-	$(PY) -m analysis report --experiment calibrated --out docs/results/calibrated
+	$(PY) -m harness.sweep sweeps/n_calibrated.yaml launcher=local --wait
+	$(PY) -m analysis report --experiment calibrated --x n --out docs/results/calibrated
 
 # issue 17: R3 at replay coverage 1.0/0.9/0.7/0.5 beside mean_8 and recompute on the multi-turn lookup task x 10
 # seeds (sweeps/agentic.yaml, ~50 min on 2 quiet cores), its report (docs/results/agentic) and docs/results.md's tables.
