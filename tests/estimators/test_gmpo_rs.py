@@ -9,6 +9,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from harness import metrics as M
+from harness.backends.local.trainer import LocalTrainer, PackTrainer
 from harness.config import ConfigError, EstimatorConfig, load
 from harness.estimators import OldPolicy, PolicyForward, build
 from harness.estimators.rais import router_shift_gamma
@@ -106,6 +107,20 @@ def test_a_pack_gives_each_seed_its_own_loss():
     pack, _ = ours(cat(a, b), cat(ra, rb), old, cat(adv, adv), size=2)
     alone = [ours(a, ra, oa, adv)[0], ours(b, rb, ob, adv)[0]]
     torch.testing.assert_close(pack, torch.cat(alone))
+
+
+def test_a_seed_trains_bitwise_the_same_alone_and_in_a_pack():
+    """The real trainer: seed 1 of a pack of three gmpo_rs seeds has the curve and weights of seed 1 alone."""
+    tiny = ["estimator=gmpo_rs", "trainer.prompts_per_step=4", "trainer.group_size=4", "trainer.num_minibatches=2",
+            "diagnostics.noise_sequences=4"]
+    cfgs = [load([*tiny, f"seed={s}"]) for s in (0, 1, 2)]
+    pack, alone = PackTrainer(cfgs, torch.device("cpu")), LocalTrainer(cfgs[1], torch.device("cpu"))
+    timeless = lambda d: {k: v for k, v in d.items() if not k.startswith(("time/", "tokens/"))}  # noqa: E731
+    for _ in range(3):
+        packed, single = PackTrainer.run_step(pack), alone.run_step()
+        assert timeless(packed[1]) == timeless(single) and timeless(packed[0]) != timeless(packed[1])
+    for name, p in alone.policy.weights().items():
+        assert torch.equal(p[0], pack.policy.weights()[name][1]), name
 
 
 @pytest.mark.parametrize("key, value, text", [
