@@ -3,8 +3,9 @@
 An estimator turns a rollout batch into an :class:`OldPolicy` - the denominator ``logp`` of the
 PPO ratio, an extra detached per-token ``weight`` (TIS/MIS/IcePop), a ``mask`` (rejected tokens
 contribute no gradient) and an optional routing ``replay`` for the training forwards (R3). It may
-also rescale the ratio inside the loss (RAIS). The trainer only calls these hooks; it never looks
-at an estimator's name.
+also rescale the ratio inside the loss (RAIS) or replace the loss itself (``loss``: token-mean PPO by
+default; ``gmpo_rs``: GMPO's per-sequence geometric mean). The trainer only calls these hooks; it never
+looks at an estimator's name.
 
 Everything an estimator may need is reached through :class:`OldPolicyContext` (lazy, cached,
 timed by the trainer), so an estimator pays only for what it uses.
@@ -168,6 +169,18 @@ class Estimator:
     def ratio(self, logp_new: Tensor, old: OldPolicy, new: PolicyForward) -> Tensor:
         """The PPO ratio r = pi_new / pi_old; RAIS rescales it."""
         return (logp_new - old.logp).exp()
+
+    def loss(self, logp_new: Tensor, old: OldPolicy, new: PolicyForward, adv: Tensor, size: int,
+             clip_eps: float) -> tuple[Tensor, Tensor]:
+        """The policy loss of a minibatch of a pack of ``size`` seeds (rows seed-major, [S B, R]; ``adv`` [S B, 1])
+        and its clipped share, per seed ([S], [S]). Default: token-mean PPO of ``ratio`` with ``old.weight``
+        and ``old.mask`` (``losses.ppo_losses``, clip ``trainer.clip_eps``); an estimator with another
+        objective overrides it (``gmpo_rs``: GMPO's per-sequence geometric mean)."""
+        from harness.estimators.losses import ppo_losses
+
+        seeds = lambda x: x.reshape(size, -1, *x.shape[1:])  # noqa: E731
+        return ppo_losses(seeds(self.ratio(logp_new, old, new)), seeds(adv), seeds(old.weight), seeds(old.mask),
+                          clip_eps)
 
     # helpers for subclasses
     @staticmethod

@@ -46,18 +46,19 @@ class Floor(Params):
             raise ConfigError("estimator.gamma_min", f"must be in (0, 1], got {self.gamma_min}")
 
 
-def _verl_check(cfg) -> None:
-    v = cfg.verl
+def verl_check(cfg) -> None:
+    """The router-shift estimators (rais, gmpo_rs) on verl: FSDP engine, packed forward, experimental flag."""
+    v, name = cfg.verl, cfg.estimator.name
     if v.strategy not in ("fsdp", "fsdp2"):
-        raise ConfigError("estimator", f"rais on verl runs on the FSDP engine only (our patch of its forward records "
+        raise ConfigError("estimator", f"{name} on verl runs on the FSDP engine only (our patch of its forward records "
                           f"the HF Qwen3-MoE router logits, plugins/rais_fsdp.py); verl.strategy={v.strategy} has no "
                           "such patch: verl's megatron engine gives policy losses no router log-probs. "
                           "Use model=qwen3_30b_a3b_fsdp (FSDP2)")
     if not v.parallel.use_remove_padding:
         raise ConfigError("verl.parallel.use_remove_padding",
-                          "rais on verl reads the router logits of the packed (remove-padding) forward: set it true")
+                          f"{name} on verl reads the router logits of the packed (remove-padding) forward: set it true")
     if not v.experimental_rais:
-        raise ConfigError("estimator", "rais on verl: the FSDP router patch and the 'harness_rais' loss are tested on "
+        raise ConfigError("estimator", f"{name} on verl: the FSDP router patch and its policy loss are tested on "
                           "CPU with a tiny HF Qwen3-MoE but have not run on a GPU (docs/verl.md, 'RAIS'). "
                           "Set verl.experimental_rais=true")
 
@@ -70,7 +71,7 @@ class RAIS(Estimator):
     rank = 7
     style = Style("olive", "-.")
     verl = Verl(loss_mode=LOSS_NAME, env=lambda p: {GAMMA_MIN_ENV: repr(float(p.gamma_min)), RAIS_ENV: "1"},
-                check=_verl_check)
+                check=verl_check)
 
     def old_policy(self, ctx) -> OldPolicy:
         fwd = ctx.recompute()

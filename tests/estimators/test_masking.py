@@ -1,13 +1,12 @@
 """Every estimator's masking against hand-computed values (issue 17): a tiny batch of a multi-turn rollout with
 known log-probs and a known response mask (0 = an observation or padding token). Each estimator's weight,
-mask and PPO loss are checked, and changing any log-prob at a masked position (sampling, recompute, mean_n's
+mask and loss (its ``loss`` hook: PPO, GMPO for gmpo_rs) are checked, and changing any log-prob at a masked position (sampling, recompute, mean_n's
 scores, the new policy's) changes nothing."""
 import math
 
 import pytest
 import torch
 
-from harness.backends.local.trainer import ppo_loss
 from harness.config import EstimatorConfig
 from harness.estimators import PolicyForward, build
 
@@ -39,7 +38,7 @@ class Ctx:
         return self._scores[:n]
 
 
-#: estimator (spec) -> (weight on the policy tokens, mask, pi_old probability where m = 1, PPO loss at ratio 1)
+#: estimator (spec) -> (weight on the policy tokens, mask, pi_old probability where m = 1, loss at ratio 1)
 #: loss = -sum_t w_t m_t A / sum_t m_t with A = +1 (row 0), -1 (row 1)
 CASES = {
     "rollout": ({}, [[1, 1, 0, 0], [1, 0, 1, 1]], M, ROLL, (2 - 3) / -5),
@@ -47,6 +46,8 @@ CASES = {
     "recompute": ({}, [[1, 1, 0, 0], [1, 0, 1, 1]], M, REC, 0.2),
     "r3": ({}, [[1, 1, 0, 0], [1, 0, 1, 1]], M, REC, 0.2),
     "rais": ({"gamma_min": 0.8}, [[1, 1, 0, 0], [1, 0, 1, 1]], M, REC, 0.2),
+    # GMPO: -(1/B) sum_i S_i A_i with S_i = 1 at ratio 1 (routing unchanged): -(1 - 1) / 2
+    "gmpo_rs": ({"gamma_min": 0.8, "log_clip": 0.4}, [[1, 1, 0, 0], [1, 0, 1, 1]], M, REC, 0.0),
     "mean_n": ({"n": 2}, [[1, 1, 0, 0], [1, 0, 1, 1]], M, ROLL, 0.2),
     # token: min(rho_t, 2)
     "tis_token": ({"clip_c": 2.0, "level": "token"}, [[2, 0.25, 0, 0], [2, 0, 0.5, 2]], M, REC,
@@ -80,9 +81,8 @@ def _run(case: str, roll, rec, scores, new_masked=None):
     if new_masked is not None:
         new_logp = torch.where(M > 0, new_logp, new_masked)
     new = PolicyForward(new_logp, router_logp=ROUTER, selected=SELECTED)
-    ratio = estimator.ratio(new.logp, old, new)
-    loss, _ = ppo_loss(ratio, ADV, old.weight, old.mask, 0.2)
-    return old, loss, ctx
+    loss, _ = estimator.loss(new.logp, old, new, ADV, 1, 0.2)  # the estimator's own loss (PPO but for gmpo_rs)
+    return old, loss[0], ctx
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -45,8 +45,9 @@ def test_a_packed_local_sweep_runs_each_seed_as_its_own_run(store, capsys):
 
 
 def test_ablation20_is_every_estimator_times_twenty_seeds_in_packs_of_five():
-    from harness.estimators import NAMES as ESTIMATORS
+    from harness.estimators import NAMES
 
     spec = load_spec(str(SWEEPS / "ablation20.yaml"), [])
-    assert sorted(spec.grid["estimator"]) == sorted(ESTIMATORS) and spec.seeds == list(range(20))
+    # every estimator registered when its runs were stored: gmpo_rs came later (issue 15)
+    assert sorted(spec.grid["estimator"]) == sorted(set(NAMES) - {"gmpo_rs"}) and spec.seeds == list(range(20))
     assert spec.launcher.seeds_per_job == 5

@@ -13,7 +13,10 @@ import yaml
 
 from analysis import measures as analysis_measures
 from harness.config import ROOT
-from harness.estimators import NAMES as ESTIMATORS
+from harness.estimators import NAMES
+
+#: the ten estimators of the stored ablation runs; gmpo_rs came later (issue 15: its arm is a calibrated sweep's)
+ESTIMATORS = tuple(e for e in NAMES if e != "gmpo_rs")
 from harness.launch.tune import objective, report
 from harness.launch.cluster import slurm_ready
 from harness.launch.expand import validate

@@ -36,6 +36,7 @@ from harness.backends.local.train_engine import TrainEngine
 from harness.backends.local.warmstart import warm_start
 from harness.config import RunConfig
 from harness.estimators.base import OldPolicy, PolicyForward
+from harness.estimators.losses import ppo_losses
 from harness.tasks.vocab import PAD
 
 
@@ -43,17 +44,6 @@ def grpo_advantages(reward: Tensor, group_size: int, eps: float = 1e-6) -> Tenso
     """Group-normalised advantages: (r - mean_group) / (std_group + eps), one per sequence."""
     g = reward.view(-1, group_size)
     return ((g - g.mean(-1, keepdim=True)) / (g.std(-1, keepdim=True) + eps)).view(-1)
-
-
-def ppo_losses(ratio: Tensor, adv: Tensor, weight: Tensor, mask: Tensor, clip_eps: float) -> tuple[Tensor, Tensor]:
-    """Per seed: the token-mean PPO-clipped loss over unmasked tokens, and the clipped share.
-    ratio, weight, mask: [S, B, R]; adv [S, B, 1] -> ([S], [S])."""
-    clipped = ratio.clamp(1 - clip_eps, 1 + clip_eps)
-    pg = torch.where(mask > 0, torch.minimum(ratio * adv, clipped * adv), 0.0)  # a masked token is never read
-    denom = mask.sum((1, 2)).clamp(min=1.0)
-    loss = -(weight * pg * mask).sum((1, 2)) / denom
-    clipfrac = (((ratio - 1).abs() > clip_eps).float() * mask).sum((1, 2)) / denom
-    return loss, clipfrac
 
 
 def ppo_loss(ratio: Tensor, adv: Tensor, weight: Tensor, mask: Tensor, clip_eps: float) -> tuple[Tensor, Tensor]:
@@ -347,9 +337,7 @@ class PackTrainer:
                 idx = perm[:, i * mb:(i + 1) * mb].reshape(-1).to(tokens.device)  # seed-major rows
                 o = old.select(idx)
                 new = self.train.forward(tokens[idx], pl, o.replay, with_entropy=True)
-                ratio = self.estimator.ratio(new.logp, o, new)
-                loss, clipfrac = ppo_losses(seeds(ratio), seeds(adv[idx, None]), seeds(o.weight), seeds(o.mask),
-                                            tr.clip_eps)
+                loss, clipfrac = self.estimator.loss(new.logp, o, new, adv[idx, None], n_s, tr.clip_eps)
                 if tr.entropy_coef:
                     loss = loss - tr.entropy_coef * _seed_mean(seeds(new.entropy), seeds(o.mask))
                 self.opt.zero_grad()

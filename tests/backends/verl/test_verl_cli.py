@@ -64,6 +64,8 @@ def test_headline_dry_run(capsys):
     (["estimator=rais", "model=qwen3_30b_a3b", "verl.experimental_rais=true"], "estimator", "FSDP engine only"),
     (["estimator=rais", "model=qwen3_30b_a3b_fsdp"], "estimator", "experimental_rais"),
     (["estimator=rais", "model=qwen3_4b", "verl.experimental_rais=true"], "estimator", "router"),
+    (["estimator=gmpo_rs", "model=qwen3_30b_a3b", "verl.experimental_rais=true"], "estimator", "FSDP engine only"),
+    (["estimator=gmpo_rs", "model=qwen3_30b_a3b_fsdp"], "estimator", "experimental_rais"),
     (["estimator=mean_n", "inference.deterministic=true", "model=qwen3_30b_a3b"], "inference.deterministic", "mean_1"),
     (["estimator=tis", "model=qwen3_30b_a3b", "verl.trainer=v1"], "verl.trainer", "denominator"),
     (["estimator=tis", "model=qwen3_4b", "verl.parallel.recompute=full"], "verl.parallel.recompute", "megatron"),
@@ -181,7 +183,8 @@ def test_ablation_verl_sweep_validates():
     runs = sweep.validate(sweep.load_spec(path, []))
     assert len(runs) == 27 and len({r.signature for r in runs}) == 27
     mapped = {e for e in estimators.NAMES if estimators.get(e).verl is not None}
-    assert {r.cfg.estimator.name for r in runs} == mapped - {"rais"}  # rais on verl is experimental (verl.experimental_rais)
+    # rais and gmpo_rs on verl are experimental (verl.experimental_rais) and FSDP-only
+    assert {r.cfg.estimator.name for r in runs} == mapped - {"rais", "gmpo_rs"}
     for r in runs:
         validate(r.cfg)  # the verl backend's own checks, whether or not harness.config calls them
         assert r.cfg.trainer.lr == 1e-6 and r.cfg.verl.strategy == "megatron"

@@ -1,6 +1,7 @@
-"""Our code inside verl: the ``harness_rais`` policy loss and the ``harness_mean_n`` agent loop.
+"""Our code inside verl: the ``harness_rais`` and ``harness_gmpo_rs`` policy losses and the ``harness_mean_n``
+agent loop.
 
-Both run here on CPU tensors through verl's own entry points (``get_policy_loss_fn``, verl's
+They run here on CPU tensors through verl's own entry points (``get_policy_loss_fn``, verl's
 vanilla PPO loss, verl's AgentLoopOutput) and must give the local backend's numbers
 (``harness.estimators``, ``harness.backends.local.trainer.ppo_loss``) on the same inputs.
 The one fake is ``FakeVLLMServer``: verl's vLLM rollout server cannot run without vLLM/GPUs.
@@ -36,7 +37,8 @@ def _actor_config(spec, estimator: str, *extra: str):
     """verl's ActorConfig dataclass for our translated spec (clip eps, dual clip off, loss mode)."""
     from verl.utils.config import omega_conf_to_dataclass
 
-    args = ["verl.experimental_rais=true", "model=qwen3_30b_a3b_fsdp"] if estimator == "rais" else ["model=qwen3_30b_a3b"]
+    args = (["verl.experimental_rais=true", "model=qwen3_30b_a3b_fsdp"] if estimator in ("rais", "gmpo_rs")
+            else ["model=qwen3_30b_a3b"])
     cfg = spec(f"estimator={estimator}", *args, *extra)
     vc = translate.verl_config(cfg, check=False)
     return cfg, omega_conf_to_dataclass(vc.actor_rollout_ref.actor)
@@ -77,6 +79,45 @@ def test_rais_loss_in_verl_equals_local_backend(spec):
         del os.environ[rais.GAMMA_MIN_ENV]
     torch.testing.assert_close(loss2, want)
     assert metrics["actor/rais_gamma_floor_frac"] > 0
+
+
+def test_gmpo_rs_loss_in_verl_equals_local_backend(spec, monkeypatch):
+    """``harness_gmpo_rs`` (verl's geo_mean on the router-shifted ratio, clip from the estimator's log_clip, not
+    the actor's clip_ratio) against the local estimator's loss hook on the same tensors, both routes of gamma."""
+    import harness.backends.verl.plugins  # noqa: F401
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
+
+    from harness.backends.verl.plugins.rais import router_shift
+    from harness.estimators import OldPolicy, PolicyForward, build
+    from harness.estimators.gmpo_rs import LOG_CLIP_ENV
+
+    cfg, actor = _actor_config(spec, "gmpo_rs", "estimator.log_clip=0.3")
+    assert actor.policy_loss.loss_mode == "harness_gmpo_rs" and actor.clip_ratio == cfg.trainer.clip_eps != 0.3
+    loss_fn = get_policy_loss_fn(actor.policy_loss.loss_mode)
+    g, logp_old, logp_new, adv, mask = _batch(1)
+    router_old = torch.log_softmax(torch.randn(B, R, L, E, generator=g, dtype=torch.float64), -1)
+    router_new = torch.log_softmax(router_old + torch.randn(B, R, L, E, generator=g, dtype=torch.float64) * 0.4, -1)
+    topk = router_old.topk(K, -1).indices
+    gamma = router_shift_gamma(router_new, router_old, topk)
+    assert (gamma < 0.8).any() and (gamma > 0.8).any()
+
+    est = build(cfg.estimator)
+    old = OldPolicy(logp_old, torch.ones_like(mask), mask, router_logp=router_old, selected=topk)
+    want, _ = est.loss(logp_new, old, PolicyForward(logp_new, router_logp=router_new), adv[:, :1], 1, 0.2)
+    loss, metrics = loss_fn(old_log_prob=logp_old, log_prob=logp_new, advantages=adv, response_mask=mask.bool(),
+                            loss_agg_mode=actor.loss_agg_mode, config=actor, router_shift_gamma=gamma,
+                            gamma_min=0.8, log_clip=0.3)
+    torch.testing.assert_close(loss, want[0])
+    assert metrics["actor/rais_gamma_floor_frac"] > 0 and metrics["actor/pg_clipfrac"] > 0
+    for k, v in translate.verl_config(cfg, check=False).ray_kwargs.ray_init.runtime_env.env_vars.items():
+        monkeypatch.setenv(k, v)  # the workers' environment, as translate.py sets it: HARNESS_GMPO_LOG_CLIP=0.3
+    assert os.environ[LOG_CLIP_ENV] == "0.3" and os.environ[rais.GAMMA_MIN_ENV] == "0.8"
+    with router_shift(gamma):
+        loss2, _ = loss_fn(old_log_prob=logp_old, log_prob=logp_new, advantages=adv, response_mask=mask.bool(),
+                           loss_agg_mode=actor.loss_agg_mode, config=actor)
+    torch.testing.assert_close(loss2, want[0])
+    with pytest.raises(RuntimeError, match="router"):
+        loss_fn(old_log_prob=logp_old, log_prob=logp_new, advantages=adv, response_mask=mask.bool(), config=actor)
 
 
 def test_rais_loss_refuses_to_run_without_router_information(spec):

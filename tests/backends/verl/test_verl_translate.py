@@ -19,13 +19,16 @@ from harness.backends.verl import translate
 from harness.tags import run_tags
 
 #: arguments beyond an estimator's defaults that a case needs (a registered estimator without an entry has none)
-EXTRA_ARGS = {"tis": ["estimator.level=sequence"], "mean_n": ["estimator.n=4"], "rais": ["verl.experimental_rais=true"]}
-MOE_FSDP = "model=qwen3_30b_a3b_fsdp"  # rais runs on the FSDP engine only
+ROUTER_SHIFT = ("rais", "gmpo_rs")  # on the FSDP engine only (our router patch), behind verl.experimental_rais
+EXTRA_ARGS = {"tis": ["estimator.level=sequence"], "mean_n": ["estimator.n=4"],
+              **{e: ["verl.experimental_rais=true"] for e in ROUTER_SHIFT}}
+MOE_FSDP = "model=qwen3_30b_a3b_fsdp"
 MOE, DENSE = "model=qwen3_30b_a3b", "model=qwen3_4b"
 pytestmark = pytest.mark.filterwarnings("ignore:Disabled critic:UserWarning")
 MAPPED = [e for e in estimators.NAMES if estimators.get(e).verl is not None]
 # every mapped estimator on the MoE/megatron preset; the dense/FSDP2 preset with one of each kind of mapping
-CASES = ([(e, MOE) for e in MAPPED if e != "rais"] + [(e, MOE_FSDP) for e in ("rais", "mis", "deterministic")]
+CASES = ([(e, MOE) for e in MAPPED if e not in ROUTER_SHIFT]
+         + [(e, MOE_FSDP) for e in (*ROUTER_SHIFT, "mis", "deterministic")]
          + [(e, DENSE) for e in ("rollout", "recompute", "mis", "mean_n")])
 
 
@@ -87,6 +90,10 @@ def test_overrides_compose_with_verl_and_pass_its_validation(spec, estimator, mo
         assert vc.harness.mean_n == 4 and r.agent.default_agent_loop == "harness_mean_n"
     if estimator == "rais":
         assert actor.policy_loss.loss_mode == "harness_rais"
+    if estimator == "gmpo_rs":  # verl's geo_mean on the shifted ratio; its log-space clip travels in the env
+        assert actor.policy_loss.loss_mode == "harness_gmpo_rs"
+        env_ = vc.ray_kwargs.ray_init.runtime_env.env_vars
+        assert (env_.HARNESS_GMPO_LOG_CLIP, env_.HARNESS_RAIS_GAMMA_MIN, env_.HARNESS_RAIS) == ("0.4", "0.8", "1")
     if estimator == "r3":
         assert r.enable_rollout_routing_replay and a.megatron.router_replay.mode == "R3"
     if estimator == "tis":

@@ -8,13 +8,15 @@ gets, by importing this package:
 * ``mean_n_tool`` - its multi-turn variant ``harness_mean_n_tool`` on verl's ToolAgentLoop (with ``verl.tools``)
 * ``deterministic`` - the agent loop ``harness_deterministic`` (a seed and request id per sample)
 * ``rais``     - the policy loss ``harness_rais`` (``actor_rollout_ref.actor.policy_loss.loss_mode``)
-* ``rais_fsdp`` - the FSDP engine patch that feeds it router log-probs (installed only with HARNESS_RAIS=1)
+* ``gmpo_rs``  - the policy loss ``harness_gmpo_rs`` (verl's GMPO ``geo_mean`` on the router-shifted ratio)
+* ``rais_fsdp`` - the FSDP engine patch that feeds both router log-probs (installed only with HARNESS_RAIS=1)
 * ``tracking`` - our MLflow tags, the harness metric names beside verl's, no step logged twice
 
 Each piece only acts when the run's verl config carries our ``harness`` block (translate.py),
 so a plain verl run in the same environment is unaffected.
 """
-from harness.backends.verl.plugins import deterministic, mean_n, mean_n_tool, rais, rais_fsdp, tracking  # noqa: F401  (registration)
+from harness.backends.verl.plugins import (deterministic, gmpo_rs, mean_n, mean_n_tool, rais, rais_fsdp,  # noqa: F401
+                                          tracking)  # (registration)
 
 tracking.install()
 if rais_fsdp.active():  # rais runs only: imports verl's engines (slow) and patches the FSDP engine

@@ -66,6 +66,23 @@ import verl.utils.torch_functional as verl_F  # noqa: E402
 from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla, register_policy_loss  # noqa: E402
 
 
+def router_factor(log_prob: torch.Tensor, response_mask: torch.Tensor, explicit_gamma: Optional[torch.Tensor],
+                  gamma_min: Optional[float], loss: str) -> tuple[torch.Tensor, dict[str, Any]]:
+    """max(gamma, gamma_min) per response token (detached), from ``router_shift_gamma=`` or the ``router_shift``
+    context, and the gamma metrics; raises where verl handed no gamma (never silently trains without it)."""
+    gamma = explicit_gamma if explicit_gamma is not None else _GAMMA.get()
+    if gamma is None:
+        raise RuntimeError(
+            f"policy loss {loss} got no router-shift factor: verl must pass per-token gamma from the MoE "
+            "router log-probs (see harness/backends/verl/plugins/rais.py); verl 0.9.1 does not")
+    if gamma.shape != log_prob.shape:
+        raise ValueError(f"gamma {tuple(gamma.shape)} must match the response log-probs {tuple(log_prob.shape)}")
+    g_min = _gamma_min(gamma_min)
+    metrics = {"actor/rais_gamma_mean": verl_F.masked_mean(gamma.detach(), response_mask).item(),
+               "actor/rais_gamma_floor_frac": verl_F.masked_mean((gamma < g_min).float(), response_mask).item()}
+    return scale(gamma.to(log_prob.dtype), g_min), metrics
+
+
 @register_policy_loss(LOSS_NAME)
 def compute_policy_loss_rais(
     old_log_prob: torch.Tensor,
@@ -79,20 +96,10 @@ def compute_policy_loss_rais(
     gamma_min: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """verl's vanilla PPO loss with the ratio multiplied by max(gamma, gamma_min)."""
-    gamma = router_shift_gamma if router_shift_gamma is not None else _GAMMA.get()
-    if gamma is None:
-        raise RuntimeError(
-            f"policy loss {LOSS_NAME} got no router-shift factor: verl must pass per-token gamma from the MoE "
-            "router log-probs (see harness/backends/verl/plugins/rais.py); verl 0.9.1 does not")
-    if gamma.shape != log_prob.shape:
-        raise ValueError(f"gamma {tuple(gamma.shape)} must match the response log-probs {tuple(log_prob.shape)}")
-    g_min = _gamma_min(gamma_min)
-    factor = scale(gamma.to(log_prob.dtype), g_min)
+    factor, gamma_metrics = router_factor(log_prob, response_mask, router_shift_gamma, gamma_min, LOSS_NAME)
     shifted_old = old_log_prob - torch.log(factor)  # exp(logp - shifted_old) = r * max(gamma, gamma_min)
     loss, metrics = compute_policy_loss_vanilla(
         old_log_prob=shifted_old, log_prob=log_prob, advantages=advantages, response_mask=response_mask,
         loss_agg_mode=loss_agg_mode, config=config, rollout_is_weights=rollout_is_weights)
     metrics["actor/ppo_kl"] = verl_F.masked_mean(old_log_prob - log_prob, response_mask).detach().item()
-    metrics["actor/rais_gamma_mean"] = verl_F.masked_mean(gamma.detach(), response_mask).item()
-    metrics["actor/rais_gamma_floor_frac"] = verl_F.masked_mean((gamma < g_min).float(), response_mask).item()
-    return loss, metrics
+    return loss, {**metrics, **gamma_metrics}
