@@ -169,8 +169,8 @@ MISMATCH_COLS = ("k3", "k3_first", "k3_last", "bias_sq", "var_rollout", "bias_sh
 
 def arm_frame(runs: pd.DataFrame, cfg: AnalysisConfig) -> pd.DataFrame:
     """One row per arm in dose order: the numbers behind ``dose.csv`` (intervals as point, _lo, _hi)."""
-    arms = sorted({(r.kind, r.level, r.arm) for r in runs.itertuples()},
-                  key=lambda a: Arm(a[0], a[1]).order)
+    by_name = {r.arm: (r.kind, r.level, r.arm) for r in runs.itertuples()}  # keyed by name: the control's level is NaN
+    arms = sorted(by_name.values(), key=lambda a: Arm(a[0], a[1]).order)
     rows = []
     for k, (kind, level, name) in enumerate(arms):
         g = runs[runs["arm"] == name]
