@@ -228,7 +228,7 @@ def missing_notes(arms: pd.DataFrame) -> list[str]:
         some = [f"{r.arm} ({getattr(r, f'{col}_runs')}/{r.runs} runs)" for r in short.itertuples()
                 if getattr(r, f"{col}_runs") > 0]
         parts = ([f"no value in any run of {', '.join(none)} ('-' in the table)"] if none else []) + \
-                ([f"a value in only part of the runs of {', '.join(some)} (IQM over those)"] if some else [])
+                ([f"a value in only part of the runs of {', '.join(some)}; the IQM is over those"] if some else [])
         notes.append(f"{col}: {'; '.join(parts)}.")
     return notes
 

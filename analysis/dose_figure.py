@@ -70,7 +70,8 @@ def _rate_vs_kl(ax, arms: pd.DataFrame, colours: dict, notes: list[str]) -> None
 
 def _k3_vs_step(ax, per_step: dict[str, pd.Series], colours: dict, notes: list[str]) -> None:
     drawn, dropped = 0, []
-    for arm, s in per_step.items():
+    for arm in [a for a in colours if a in per_step]:  # the table's dose order
+        s = per_step[arm]
         s = s[s > 0]
         if not len(s):
             dropped.append(arm)
