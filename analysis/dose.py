@@ -30,7 +30,8 @@ non-finite loss; the final reward).
 A metric the run never logged is NaN for that run, never 0.
 
 **Per arm**: runs, collapsed k/n with the Wilson interval, Kaplan-Meier median onset (``-`` when no run
-collapsed), IQM of the final reward and of each per-run quantity above with its bootstrap CI
+collapsed), IQM of the starting reward R0 (the smoothed reward at the first step: an arm that sharpens the
+sampler starts higher, a confound of the bias arms) and of the final reward and of each per-run quantity above with its bootstrap CI
 (:func:`analysis.stats.iqm_ci`, over the runs that logged the metric; ``-`` and a note when none did).
 
 **Equal KL** (:func:`equal_kl_table`): for every pair of kinds (A, B) in kind order, every arm a of A
@@ -129,6 +130,7 @@ def run_frame(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig, edge
         row = {"run_id": run.run_id, "label": run.label, "seed": run.seed, "arm": arm.name, "kind": arm.kind,
                "level": arm.level, "collapsed": bool(m.at[run.run_id, "collapsed"]),
                "collapse_time": float(m.at[run.run_id, "collapse_time"]), "final": float(m.at[run.run_id, "final"]),
+               "r0": float(m.at[run.run_id, "r0"]),
                "k3": _mean(k3), "k3_first": _mean(k3.iloc[:edge]), "k3_last": _mean(k3.iloc[-edge:])}
         for col, metric in TERMS.items():
             row[col] = _mean(exp.series(metric, run.run_id))
@@ -179,7 +181,8 @@ def arm_frame(runs: pd.DataFrame, cfg: AnalysisConfig) -> pd.DataFrame:
         row = {"arm": name, "kind": kind, "level": level, "runs": n, "collapsed": c,
                **_cols("collapse_rate", wilson(c, n, cfg.ci)),
                "onset_km_median": km_median(g["collapse_time"].to_numpy(float), g["collapsed"].to_numpy(bool)),
-               **_cols("final_iqm", iqm_ci(g["final"].to_numpy(float), cfg.bootstrap_reps, cfg.ci, seed))}
+               **_cols("final_iqm", iqm_ci(g["final"].to_numpy(float), cfg.bootstrap_reps, cfg.ci, seed)),
+               **_cols("r0_iqm", iqm_ci(g["r0"].to_numpy(float), cfg.bootstrap_reps, cfg.ci, seed))}
         for col in MISMATCH_COLS:
             row[f"{col}_runs"] = int(np.isfinite(g[col].to_numpy(float)).sum())
             row.update(_cols(f"{col}_iqm", iqm_ci(g[col].to_numpy(float), cfg.bootstrap_reps, cfg.ci, seed)))
@@ -199,6 +202,7 @@ def dose_table(arms: pd.DataFrame, cfg: AnalysisConfig, edge: int = EDGE) -> Tab
             "arm": r["arm"], "runs": r["runs"], "collapsed": f"{r['collapsed']}/{r['runs']}",
             "collapse rate": _iv(r, "collapse_rate").fmt(2),
             "onset (KM median)": fmt_step(r["onset_km_median"]) if r["collapsed"] else "-",
+            "R0 (IQM)": _iv(r, "r0_iqm").fmt(),
             "final (IQM)": _iv(r, "final_iqm").fmt(),
             "k3 along training (IQM)": _sci(_iv(r, "k3_iqm")),
             f"k3 first {edge}": _sci(_iv(r, "k3_first_iqm")),

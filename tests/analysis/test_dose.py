@@ -36,15 +36,15 @@ def dose_runs() -> list[SyntheticRun]:
     - router=0.3: every run collapses (drop at 60, 65, 70, 75), k3 2e-3 then 5.0..5.3e-3; bias_sq in 3 of 4 runs;
     - logit=0.05: stable, k3 ~1e-3, neither bias_sq nor var_rollout logged;
     - bias=0.9: seeds 0, 1 collapse, k3 ~1e-3, bias_sq 1e-3 + var 0 (share 1);
-    - bias=0.7: seeds 0..2 collapse, k3 1e-2.
+    - bias=0.7: seeds 0..2 collapse, k3 1e-2, starts at reward 0.5 (the others at 0.2).
     """
     runs = []
 
-    def add(arm: str, s: int, k3: np.ndarray, drop: int | None, terms: dict | None) -> None:
+    def add(arm: str, s: int, k3: np.ndarray, drop: int | None, terms: tuple | None, r0: float = 0.2) -> None:
         extra = {M.MISMATCH_BIAS_SQ: np.full(T, terms[0]), M.NOISE_VAR_ROLLOUT: np.full(T, terms[1])} if terms else {}
         if arm == "router=0.3" and s == 3:
             extra.pop(M.MISMATCH_BIAS_SQ)
-        runs.append(SyntheticRun("recompute", s, curve(T, ramp=30, drop_at=drop, noise=1e-3, seed=500 + s),
+        runs.append(SyntheticRun("recompute", s, curve(T, r0=r0, ramp=30, drop_at=drop, noise=1e-3, seed=500 + s),
                                  k3=k3, extra_tags={"perturbation": arm}, extra_metrics=extra))
 
     for s in SEEDS:
@@ -53,7 +53,7 @@ def dose_runs() -> list[SyntheticRun]:
         add("router=0.3", s, k3_steps(2e-3, 5.0e-3 + 1e-4 * s), 60 + 5 * s, (1e-3, 3e-3))
         add("logit=0.05", s, np.full(T, NEAR_1E3[s]), None, None)
         add("bias=0.9", s, np.full(T, NEAR_1E3[s]), 70 if s < 2 else None, (1e-3, 0.0))
-        add("bias=0.7", s, np.full(T, 1e-2 * (1 + 0.01 * s)), 70 if s < 3 else None, (1e-2, 0.0))
+        add("bias=0.7", s, np.full(T, 1e-2 * (1 + 0.01 * s)), 70 if s < 3 else None, (1e-2, 0.0), r0=0.5)
     return runs
 
 
@@ -148,6 +148,14 @@ def test_final_reward_iqm(result):
     # bias=0.9: finals ~0.3, 0.3, 0.8, 0.8 -> IQM = mean of the middle two = 0.55
     assert row(result, "bias=0.9")["final_iqm"] == pytest.approx(0.55, abs=2e-3)
     assert row(result, "router=0.1")["final_iqm"] == pytest.approx(0.8, abs=2e-3)
+
+
+def test_starting_reward(result):
+    # the bias=0.7 curves start at 0.5, the others at 0.2: R0 (the smoothed first reward) is 0.3 higher, less the
+    # share of the ramp the centred window sees, (0.8 - r0) x the same fraction
+    lift = row(result, "bias=0.7")["r0_iqm"] - row(result, "router=0.1")["r0_iqm"]
+    assert 0.2 < lift <= 0.3
+    assert cell(result, "none", "R0 (IQM)").startswith("0.2")
 
 
 def test_kl_along_training_first_last_and_terms(result):
