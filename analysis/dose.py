@@ -39,7 +39,8 @@ and b of B whose along-training KL intervals overlap, ``lo_a <= hi_b`` and ``lo_
 bootstrap CIs of the IQM of the per-run ``k3``), is a matched pair; arms without an interval (fewer than
 2 runs with the metric) are never matched. For each matched pair: the KL ratio ``k3_a / k3_b`` of the
 IQMs and the difference in collapse rate ``p_a - p_b`` with Newcombe's hybrid score interval
-(:func:`analysis.stats.newcombe_diff`). A pair of kinds with no matched arms gets one row saying so.
+(:func:`analysis.stats.newcombe_diff`). A pair of kinds with no matched arms gets one row saying so, naming
+the nearest pair (k3 IQMs closest in log) and its KL ratio, which is not a match.
 
 Outputs in ``--out``: ``dose.{md,csv,tex}``, ``dose_equal_kl.{md,csv,tex}`` (:class:`analysis.tables.Table`,
 so ``python -m analysis readme`` can fill a ``<!-- generated: results/dose/dose.md -->`` block) and
@@ -250,6 +251,18 @@ def matched_pairs(arms: pd.DataFrame) -> list[tuple[tuple[str, str], list[tuple[
     return out
 
 
+def nearest_text(arms: pd.DataFrame, ka: str, kb: str) -> str:
+    """`` (nearest: a / b, k3 ratio r)``: the pair of arms of kinds ka, kb whose k3 IQMs are closest in log
+    (not a match: their CIs do not overlap); "" when an arm has no k3 > 0."""
+    a, b = (arms[(arms["kind"] == k) & (arms["k3_iqm"] > 0)] for k in (ka, kb))
+    if not (len(a) and len(b)):
+        return ""
+    gap = np.abs(np.log(a["k3_iqm"].to_numpy(float))[:, None] - np.log(b["k3_iqm"].to_numpy(float))[None, :])
+    i, j = np.unravel_index(np.argmin(gap), gap.shape)
+    ra, rb = a.iloc[i], b.iloc[j]
+    return f" (nearest: {ra['arm']} / {rb['arm']}, k3 ratio {ra['k3_iqm'] / rb['k3_iqm']:.2g})"
+
+
 EQUAL_KL_COLUMNS = ("kinds", "arm A", "arm B", "k3 A", "k3 B", "k3 A / B", "collapsed A", "collapsed B",
                     "rate A - B [Newcombe CI]")
 
@@ -263,7 +276,7 @@ def equal_kl_table(arms: pd.DataFrame, cfg: AnalysisConfig) -> Table:
         rows.append(empty("-", "fewer than two kinds of arm: nothing to match"))
     for (ka, kb), pairs in found:
         if not pairs:
-            rows.append(empty(f"{ka} vs {kb}", "no arms at equal KL"))
+            rows.append(empty(f"{ka} vs {kb}", "no arms at equal KL" + nearest_text(arms, ka, kb)))
             data.append({"kind_a": ka, "kind_b": kb, "arm_a": "", "arm_b": ""})
             continue
         for a, b in pairs:
