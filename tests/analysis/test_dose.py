@@ -67,6 +67,9 @@ def dose_store(empty_db, tmp_path_factory):
                                                 extra_tags={"perturbation": "router=1,bias=0.5"})])
     log_runs(uri, "two_estimators", [SyntheticRun(e, 0, curve(60, seed=2), extra_tags={"perturbation": "router=1"})
                                      for e in ("recompute", "rollout")])
+    log_runs(uri, "two_specs", [SyntheticRun("recompute", 0, curve(60, seed=3 + k), extra_tags={"perturbation": "router=1",
+                                                                                            "lr": lr})
+                                for k, lr in enumerate(("1e-4", "1e-3"))])
     return uri
 
 
@@ -110,6 +113,8 @@ def test_cli_refuses_several_perturbations_and_several_estimators(dose_store, tm
     err = capsys.readouterr().err
     assert "2 estimator configurations" in err and "--filter" in err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # nothing written on refusal
+    assert main(["dose", "-e", "two_specs", "--tracking-uri", dose_store, "--out", str(tmp_path / "c")]) == 2
+    assert "router=1 hold runs of several specs" in capsys.readouterr().err and not (tmp_path / "c").exists()
     # the filter the message names makes it work
     assert main(["dose", "-e", "two_estimators", "--tracking-uri", dose_store, "--out", str(tmp_path / "b"),
                  "--filter", "tags.estimator = 'recompute'", "--set", "bootstrap_reps=200"]) == 0
