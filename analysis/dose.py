@@ -31,8 +31,9 @@ A metric the run never logged is NaN for that run, never 0.
 
 **Per arm**: runs, collapsed k/n with the Wilson interval, Kaplan-Meier median onset (``-`` when no run
 collapsed), IQM of the starting reward R0 (the smoothed reward at the first step: an arm that sharpens the
-sampler starts higher, a confound of the bias arms) and of the final reward and of each per-run quantity above with its bootstrap CI
-(:func:`analysis.stats.iqm_ci`, over the runs that logged the metric; ``-`` and a note when none did).
+sampler starts higher, a confound of the bias arms), of the final reward and of each per-run quantity
+above, with its bootstrap CI (:func:`analysis.stats.iqm_ci`, over the runs that logged the metric; ``-``
+and a note when none did).
 
 **Equal KL** (:func:`equal_kl_table`): for every pair of kinds (A, B) in kind order, every arm a of A
 and b of B whose along-training KL intervals overlap, ``lo_a <= hi_b`` and ``lo_b <= hi_a`` (the 95 %
@@ -270,7 +271,10 @@ EQUAL_KL_COLUMNS = ("kinds", "arm A", "arm B", "k3 A", "k3 B", "k3 A / B", "coll
 def equal_kl_table(arms: pd.DataFrame, cfg: AnalysisConfig) -> Table:
     """``dose_equal_kl``: matched arm pairs and their difference in collapse rate (module docstring)."""
     rows, data = [], []
-    empty = lambda kinds, why: dict({c: "-" for c in EQUAL_KL_COLUMNS}, kinds=kinds, **{EQUAL_KL_COLUMNS[-1]: why})  # noqa: E731
+
+    def empty(kinds: str, why: str) -> dict:
+        return {**dict.fromkeys(EQUAL_KL_COLUMNS, "-"), "kinds": kinds, EQUAL_KL_COLUMNS[-1]: why}
+
     found = matched_pairs(arms)
     if not found:
         rows.append(empty("-", "fewer than two kinds of arm: nothing to match"))
@@ -292,7 +296,8 @@ def equal_kl_table(arms: pd.DataFrame, cfg: AnalysisConfig) -> Table:
                          "k3_ratio": ratio, "collapsed_a": a["collapsed"], "runs_a": a["runs"],
                          "collapsed_b": b["collapsed"], "runs_b": b["runs"], **_cols("rate_diff", d)})
     t = Table("dose_equal_kl", "Equal KL along training: collapse rate of arms whose KL intervals overlap",
-              pd.DataFrame(rows, columns=list(EQUAL_KL_COLUMNS)), pd.DataFrame(data), cfg.describe(), short_footer=cfg.describe_short())
+              pd.DataFrame(rows, columns=list(EQUAL_KL_COLUMNS)), pd.DataFrame(data), cfg.describe(),
+              short_footer=cfg.describe_short())
     t.notes.append(f"arms a, b of two kinds are matched when the {cfg.ci:.0%} bootstrap CIs of their IQM along-training "
                    "k3 overlap (lo_a <= hi_b and lo_b <= hi_a); arms without a CI are never matched; rate A - B: "
                    f"difference of collapse rates with Newcombe's hybrid score {cfg.ci:.0%} interval.")
