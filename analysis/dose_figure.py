@@ -3,8 +3,9 @@
 - Left: collapse rate (Wilson CI, vertical bars) against the train-inference KL along training (IQM over
   runs of the per-run mean k3, bootstrap CI as horizontal bars; log x), one line per perturbation kind
   through its arms in dose order, the control a black star.
-- Right: the median over an arm's runs of k3 at each step (log y), one line per arm, so the reader sees
-  the KL move during training. Colours: one tab10 base colour per kind (:data:`KIND_COLOUR`), its arms
+- Right: the median over an arm's runs of k3 at each step (log y; the report's smoother,
+  ``cfg.smooth_window`` steps, so ten arms stay readable), one line per arm, so the reader sees the KL move
+  during training. Colours: one tab10 base colour per kind (:data:`KIND_COLOUR`), its arms
   shaded light (low dose) to dark (high dose) with :func:`analysis.palette.shade`.
 
 Points and curve values that cannot sit on a log axis (k3 <= 0 or missing) are left out with a note.
@@ -23,6 +24,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from .config import AnalysisConfig  # noqa: E402
 from .figures import FORMATS  # noqa: E402
+from .measures import smooth  # noqa: E402
 from .palette import TAB10, shade  # noqa: E402
 
 KIND_COLOUR = {"router": TAB10["blue"], "logit": TAB10["green"], "bias": TAB10["red"]}
@@ -68,7 +70,7 @@ def _rate_vs_kl(ax, arms: pd.DataFrame, colours: dict, notes: list[str]) -> None
         ax.legend(loc="upper left", fontsize=9, framealpha=0.85)
 
 
-def _k3_vs_step(ax, per_step: dict[str, pd.Series], colours: dict, notes: list[str]) -> None:
+def _k3_vs_step(ax, per_step: dict[str, pd.Series], colours: dict, notes: list[str], cfg: AnalysisConfig) -> None:
     drawn, dropped = 0, []
     for arm in [a for a in colours if a in per_step]:  # the table's dose order
         s = per_step[arm]
@@ -76,14 +78,15 @@ def _k3_vs_step(ax, per_step: dict[str, pd.Series], colours: dict, notes: list[s
         if not len(s):
             dropped.append(arm)
             continue
-        ax.plot(s.index.to_numpy(), s.to_numpy(float), color=colours.get(arm, TAB10["gray"]), lw=1.2, label=arm)
+        y = smooth(s.to_numpy(float), cfg.smooth_window, cfg.smooth_kind)
+        ax.plot(s.index.to_numpy(), y, color=colours.get(arm, TAB10["gray"]), lw=1.4, label=arm)
         drawn += 1
     if dropped:
         notes.append(f"dose figure: no k3 > 0 logged per step for {', '.join(dropped)}: not in the right panel.")
     ax.set_yscale("log")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("Step")
-    ax.set_ylabel("median k3 over runs")
+    ax.set_ylabel(f"median k3 over runs (smoothed, W={cfg.smooth_window})")
     ax.set_title("Train-inference KL (k3) during training")
     if drawn:
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=8, framealpha=0.85)
@@ -99,7 +102,7 @@ def draw_dose(arms: pd.DataFrame, per_step: dict[str, pd.Series], cfg: AnalysisC
         ax.grid(True, linestyle="--", alpha=0.6)
     colours = arm_colours(arms)
     _rate_vs_kl(left, arms, colours, notes)
-    _k3_vs_step(right, per_step, colours, notes)
+    _k3_vs_step(right, per_step, colours, notes, cfg)
     paths = []
     for ext in FORMATS:
         path = out / f"dose.{ext}"

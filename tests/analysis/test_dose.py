@@ -231,3 +231,15 @@ def test_cli_writes_every_file_and_readme_fills_the_block(dose_store, tmp_path, 
     new, changed = refresh(doc, tmp_path)
     assert changed == ["results/dose/dose.md"]
     assert "| bias=0.7 | 4 | 3/4 |" in new and "old" not in new
+
+
+def test_figure_leaves_out_what_a_log_axis_cannot_show(result, tmp_path):
+    from analysis.dose_figure import draw_dose
+
+    arms = result.tables["dose"].data.copy()
+    arms.loc[arms["arm"] == "none", "k3_iqm"] = 0.0  # e.g. a control whose k3 is exactly 0
+    per_step = {"router=0.1": pd.Series([1e-3, 2e-3], index=[0, 1]), "none": pd.Series([0.0, 0.0], index=[0, 1])}
+    paths, notes = draw_dose(arms, per_step, AnalysisConfig(), tmp_path)
+    assert [p.name for p in paths] == ["dose.png", "dose.pdf"] and all(p.stat().st_size for p in paths)
+    assert any("none: left out of the left panel" in n for n in notes)
+    assert any("for none: not in the right panel" in n for n in notes)
