@@ -1,4 +1,4 @@
-"""Command line: ``python -m analysis {report,compare,list,params,readme,validate} ...``.
+"""Command line: ``python -m analysis {report,dose,compare,list,params,readme,validate} ...``.
 
 Exit status: 0 success, 2 a problem the user can fix (unknown experiment or group, bad option), 1 an
 unexpected error. Heavy modules (mlflow, matplotlib, pandas) are imported only once a command runs,
@@ -12,6 +12,7 @@ import sys
 EPILOG = """examples:
   python -m analysis report --experiment ablation
   python -m analysis report --experiment ablation --x n   # the n-sweep logs into the ablation experiment
+  python -m analysis dose --experiment dose --out docs/results/dose   # collapse vs KL along training, per arm
   python -m analysis compare --experiment ablation --a mean_n --b tis
   python -m analysis list
   python -m analysis params            # the pre-registered definitions and their defaults
@@ -48,6 +49,19 @@ def parser() -> argparse.ArgumentParser:
     rp.add_argument("--x", choices=("n", "clip_c"), default=None, help="the sweep axis to feature (n or clip_c)")
     rp.add_argument("--out", default=None, help="output folder (default: figures/<experiment>)")
     rp.add_argument("--no-log", action="store_true", help="do not log the report as a summary MLflow run")
+    dp = sub.add_parser("dose", help="dose-response: collapse rate per perturbation arm against the KL along training")
+    dp.add_argument("--experiment", "-e", required=True, help="MLflow experiment name (e.g. dose)")
+    dp.add_argument("--tracking-uri", default=None,
+                    help="MLflow tracking URI (default: sqlite:///<project root>/mlruns.db)")
+    dp.add_argument("--filter", default=None, dest="filter_string",
+                    help="MLflow search filter, e.g. \"tags.estimator = 'recompute'\" (one estimator per dose table)")
+    dp.add_argument("--include-unfinished", action="store_true",
+                    help="keep runs that are not FINISHED (default: left out and listed in a note)")
+    dp.add_argument("--edge", type=int, default=50, help="steps at each end of a run for 'k3 first/last' (default 50)")
+    dp.add_argument("--out", default=None, help="output folder (default: figures/<experiment>)")
+    dp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                    help="override an analysis parameter (repeatable; see `params`)")
+    dp.add_argument("--config", default=None, help="YAML file of analysis parameters")
     cp = sub.add_parser("compare", help="probability of improvement and CIs between two groups")
     _common(cp)
     cp.add_argument("--a", required=True, help="group label or estimator name (e.g. mean_n or 'mean_n(n=8)')")
@@ -86,6 +100,14 @@ def cmd_report(args) -> int:
     build_report(args.experiment, args.tracking_uri, args.out, _config(args), x=args.x,
                  filter_string=args.filter_string, group_by=args.group_by, log_to_mlflow=not args.no_log,
                  include_unfinished=args.include_unfinished)
+    return 0
+
+
+def cmd_dose(args) -> int:
+    from .dose import build_dose
+
+    build_dose(args.experiment, args.tracking_uri, args.out, _config(args), filter_string=args.filter_string,
+               include_unfinished=args.include_unfinished, edge=args.edge)
     return 0
 
 
@@ -161,7 +183,7 @@ def cmd_export(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    handler = {"report": cmd_report, "compare": cmd_compare, "list": cmd_list, "params": cmd_params,
+    handler = {"report": cmd_report, "dose": cmd_dose, "compare": cmd_compare, "list": cmd_list, "params": cmd_params,
                "readme": cmd_readme, "validate": cmd_validate,
                "export-curves": cmd_export}[args.command]
     try:

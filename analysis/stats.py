@@ -15,6 +15,9 @@
   times ``t_i`` (d_i collapses at t_i, n_i runs still at risk), censored runs leave the risk set after
   their last step.
 - **Wilson interval** of a proportion k/n at level ci.
+- **Newcombe's interval** of a difference of two proportions ``d = p1 - p2`` (Newcombe 1998, method 10,
+  the hybrid score interval) from the two Wilson intervals ``[l1, u1]``, ``[l2, u2]``:
+  ``[d - sqrt((p1 - l1)^2 + (u2 - p2)^2), d + sqrt((u1 - p1)^2 + (p2 - l2)^2)]``.
 """
 from __future__ import annotations
 
@@ -246,3 +249,15 @@ def wilson(k: int, n: int, ci: float = 0.95) -> Interval:
     lo = 0.0 if k == 0 else max(0.0, mid - half)
     hi = 1.0 if k == n else min(1.0, mid + half)
     return Interval(p, lo, hi)
+
+
+def newcombe_diff(k1: int, n1: int, k2: int, n2: int, ci: float = 0.95) -> Interval:
+    """Difference ``k1/n1 - k2/n2`` with Newcombe's hybrid score interval (module docstring); NaN when a
+    sample is empty."""
+    a, b = wilson(k1, n1, ci), wilson(k2, n2, ci)
+    if not (n1 and n2):
+        return Interval(math.nan, math.nan, math.nan)
+    d = a.point - b.point
+    lo = d - math.sqrt((a.point - a.lo) ** 2 + (b.hi - b.point) ** 2)
+    hi = d + math.sqrt((a.hi - a.point) ** 2 + (b.point - b.lo) ** 2)
+    return Interval(d, max(-1.0, lo), min(1.0, hi))

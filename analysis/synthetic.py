@@ -52,6 +52,7 @@ class SyntheticRun:
     k3_scale: float = 1e-3
     k3: np.ndarray | None = None  # the mismatch/k3 curve itself (else k3_scale x lognormal noise)
     extra_tags: dict[str, str] = field(default_factory=dict)
+    extra_metrics: dict[str, np.ndarray] = field(default_factory=dict)  # more per-step curves, logged as given
     drop_metrics: Sequence[str] = ()
     all_metrics: bool = False  # also log the rest of the catalogue (constant filler), as a real run does
 
@@ -80,6 +81,7 @@ class SyntheticRun:
             M.POLICY_LOSS: loss,
             M.MISMATCH_K3: k3,
             M.TIME_STEP: 0.5 + 0.01 * rng.random(T),
+            **{k: np.asarray(v, float) for k, v in self.extra_metrics.items()},
         }
         if self.all_metrics:
             for k in M.CATALOGUE:

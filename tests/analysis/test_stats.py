@@ -16,6 +16,7 @@ from analysis.stats import (
     kaplan_meier,
     km_median,
     nan_iqm,
+    newcombe_diff,
     prob_improvement_point,
     probability_of_improvement,
     survival_at,
@@ -132,3 +133,12 @@ def test_curve_band_shapes_and_degenerate_cases():
     v2[1:, 10:] = np.nan  # only one run left after step 10: no band there
     c, lo, hi = curve_band(v2, 100)
     assert np.isnan(lo[10:]).all() and np.isfinite(lo[:10]).all()
+
+
+def test_newcombe_difference_matches_the_paper():
+    # Newcombe (1998), Stat. Med. 17:873, Table II, method 10: 56/70 - 48/80 -> [0.0524, 0.3339]; 9/10 - 3/10 -> [0.1705, 0.8090]
+    iv = newcombe_diff(56, 70, 48, 80)
+    assert iv.point == pytest.approx(0.2) and iv.lo == pytest.approx(0.0524, abs=1e-4) and iv.hi == pytest.approx(0.3339, abs=1e-4)
+    iv = newcombe_diff(9, 10, 3, 10)
+    assert (iv.lo, iv.hi) == (pytest.approx(0.1705, abs=1e-4), pytest.approx(0.8090, abs=1e-4))
+    assert np.isnan(newcombe_diff(0, 0, 1, 2).point)
