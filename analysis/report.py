@@ -25,8 +25,8 @@ from harness import metrics as M
 from .config import AnalysisConfig, ConfigError
 from .load import SUMMARY_TAG, Experiment, load_experiment
 from .measures import measure_experiment
-from .tables import (Table, groups_table, marginal_table, noise_probe_table, poi_table, runs_table, summary_table,
-                     sweep_table)
+from .tables import (Table, groups_table, marginal_table, noise_probe_table, poi_table, runs_table, separation_table,
+                     summary_table, sweep_table)
 
 SWEEP_FIGURE = {"n": "n_sweep", "clip_c": "tis_sensitivity"}
 FIGURE_TITLES = {
@@ -99,6 +99,7 @@ def build_report(
         poi = poi_table(exp, measures, cfg)
         if poi is not None:
             tables["poi"] = poi
+            tables["separation"] = separation_table(exp, measures, cfg)
         else:
             result.skipped["poi"] = "probability of improvement needs >= 2 groups."
     else:
@@ -207,6 +208,9 @@ def render_markdown(exp: Experiment, result: ReportResult, cfg: AnalysisConfig, 
     md += [t["noise_probe"].markdown(short=True), ""] if "noise_probe" in t else [f"> **Not available**: {result.skipped['noise_probe']}", ""]
     md += ["## Probability of improvement", ""]
     md += [t["poi"].markdown(short=True), ""] if "poi" in t else [f"> **Not available**: {result.skipped.get('poi', 'no runs')}", ""]
+    if "separation" in t:
+        md += ["## Pairs that separate", "", t["separation"].markdown(short=True), "",
+               "Files: `separation.md|csv|tex`.", ""]
     md += ["## Per-run measures", ""]
     if "runs" in t:
         md += [t["runs"].markdown(short=True) if len(t["runs"].frame) <= 60 else
@@ -220,7 +224,7 @@ def terminal_text(exp: Experiment, result: ReportResult) -> str:
     parts = [f"# {exp.name}: {len(exp.runs)} training runs, {exp.runs['label'].nunique() if len(exp.runs) else 0} groups"]
     parts += [f"note: {n}" for n in result.notes]
     for name in ("summary", "groups", *[n for n in result.tables if n.startswith("by_")], "sweep_n", "sweep_clip_c",
-                 "noise_probe", "poi"):
+                 "noise_probe", "poi", "separation"):
         if name in result.tables:
             parts.append(result.tables[name].terminal())
     for name, why in result.skipped.items():
