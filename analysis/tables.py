@@ -322,6 +322,8 @@ def separation_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfi
                                                                      ("final reward", by_final)) if on)})
             data.append({"a": a, "b": b, **_interval_cols("rate_diff", d), **_interval_cols("poi_final", p),
                          "by_rate": by_rate, "by_final": by_final})
+    order = sorted(range(len(rows)), key=lambda i: not data[i]["by_rate"])  # by collapse rate first, stable
+    rows, data = [rows[i] for i in order], [data[i] for i in order]
     t = Table("separation", f"Pairs of groups that separate ({cfg.ci:.0%} intervals)",
               pd.DataFrame(rows, columns=["A", "B", "collapse rate A - B", "P(final A > B)", "separates by"]),
               pd.DataFrame(data), cfg.describe(), short_footer=cfg.describe_short())
