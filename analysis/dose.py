@@ -25,7 +25,8 @@ non-finite loss; the final reward).
 - ``k3 first`` / ``k3 last``: the same mean over the first / last E logged steps (how the KL moves);
 - ``bias_sq = mean_s mismatch/bias_sq[s]`` and ``var = mean_s noise/var_rollout[s]``, the two terms of
   ``E_i[(logp_rec - logp_inf[i])^2] = bias_sq + var_rollout`` (``harness/metrics.py``);
-- bias share ``bias_sq / (bias_sq + var)`` of the run's means.
+- bias share ``bias_sq / (bias_sq + var)`` of the run's means. (For a small mismatch ``KL ~ E[d^2] / 2``:
+  expect ``bias_sq + var`` near ``2 k3``; the two terms come from the diagnostic sequences only.)
 
 A metric the run never logged is NaN for that run, never 0.
 
