@@ -66,7 +66,7 @@ from .config import AnalysisConfig
 from .load import AnalysisError, Experiment, load_experiment
 from .measures import measure_experiment
 from .stats import Interval, iqm_ci, km_median, newcombe_diff, wilson
-from .tables import Table, fmt_step
+from .tables import Table, _interval_cols, fmt_step
 
 KINDS = ("none", "router", "logit", "bias")  # table and pair order
 EDGE = 50  # steps at each end of a run for "k3 first" / "k3 last"
@@ -165,10 +165,6 @@ def _sci(iv: Interval) -> str:
     return f"{iv.point:.2g} [{iv.lo:.2g}, {iv.hi:.2g}]"
 
 
-def _cols(prefix: str, iv: Interval) -> dict:
-    return {prefix: iv.point, f"{prefix}_lo": iv.lo, f"{prefix}_hi": iv.hi}
-
-
 MISMATCH_COLS = ("k3", "k3_first", "k3_last", "bias_sq", "var_rollout", "bias_share")
 
 
@@ -182,13 +178,13 @@ def arm_frame(runs: pd.DataFrame, cfg: AnalysisConfig) -> pd.DataFrame:
         n, c = len(g), int(g["collapsed"].sum())
         seed = cfg.seed + k
         row = {"arm": name, "kind": kind, "level": level, "runs": n, "collapsed": c,
-               **_cols("collapse_rate", wilson(c, n, cfg.ci)),
+               **_interval_cols("collapse_rate", wilson(c, n, cfg.ci)),
                "onset_km_median": km_median(g["collapse_time"].to_numpy(float), g["collapsed"].to_numpy(bool)),
-               **_cols("final_iqm", iqm_ci(g["final"].to_numpy(float), cfg.bootstrap_reps, cfg.ci, seed)),
-               **_cols("r0_iqm", iqm_ci(g["r0"].to_numpy(float), cfg.bootstrap_reps, cfg.ci, seed))}
+               **_interval_cols("final_iqm", iqm_ci(g["final"].to_numpy(float), cfg.bootstrap_reps, cfg.ci, seed)),
+               **_interval_cols("r0_iqm", iqm_ci(g["r0"].to_numpy(float), cfg.bootstrap_reps, cfg.ci, seed))}
         for col in MISMATCH_COLS:
             row[f"{col}_runs"] = int(np.isfinite(g[col].to_numpy(float)).sum())
-            row.update(_cols(f"{col}_iqm", iqm_ci(g[col].to_numpy(float), cfg.bootstrap_reps, cfg.ci, seed)))
+            row.update(_interval_cols(f"{col}_iqm", iqm_ci(g[col].to_numpy(float), cfg.bootstrap_reps, cfg.ci, seed)))
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -295,7 +291,7 @@ def equal_kl_table(arms: pd.DataFrame, cfg: AnalysisConfig) -> Table:
             data.append({"kind_a": ka, "kind_b": kb, "arm_a": a["arm"], "arm_b": b["arm"],
                          **{f"k3_{s}{x}": r[f"k3_iqm{x}"] for s, r in (("a", a), ("b", b)) for x in ("", "_lo", "_hi")},
                          "k3_ratio": ratio, "collapsed_a": a["collapsed"], "runs_a": a["runs"],
-                         "collapsed_b": b["collapsed"], "runs_b": b["runs"], **_cols("rate_diff", d)})
+                         "collapsed_b": b["collapsed"], "runs_b": b["runs"], **_interval_cols("rate_diff", d)})
     t = Table("dose_equal_kl", "Equal KL along training: collapse rate of arms whose KL intervals overlap",
               pd.DataFrame(rows, columns=list(EQUAL_KL_COLUMNS)), pd.DataFrame(data), cfg.describe(),
               short_footer=cfg.describe_short())

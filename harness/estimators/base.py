@@ -176,10 +176,9 @@ class Estimator:
         and its clipped share, per seed ([S], [S]). Default: token-mean PPO of ``ratio`` with ``old.weight``
         and ``old.mask`` (``losses.ppo_losses``, clip ``trainer.clip_eps``); an estimator with another
         objective overrides it (``gmpo_rs``: GMPO's per-sequence geometric mean)."""
-        from harness.estimators.losses import ppo_losses
+        from harness.estimators.losses import per_seed, ppo_losses
 
-        seeds = lambda x: x.reshape(size, -1, *x.shape[1:])  # noqa: E731
-        return ppo_losses(seeds(self.ratio(logp_new, old, new)), seeds(adv), seeds(old.weight), seeds(old.mask),
+        return ppo_losses(*(per_seed(x, size) for x in (self.ratio(logp_new, old, new), adv, old.weight, old.mask)),
                           clip_eps)
 
     # helpers for subclasses

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from harness.errors import ConfigError
 from harness.estimators.base import OldPolicy, PolicyForward, Verl, knob, register
-from harness.estimators.losses import gmpo_losses
+from harness.estimators.losses import gmpo_losses, per_seed
 from harness.estimators.rais import GAMMA_MIN_ENV, RAIS, RAIS_ENV, Floor, router_shift_gamma, verl_check
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,6 +61,5 @@ class GMPORS(RAIS):
     def loss(self, logp_new: Tensor, old: OldPolicy, new: PolicyForward, adv: Tensor, size: int,
              clip_eps: float) -> tuple[Tensor, Tensor]:
         """GMPO's loss of the rescaled log-ratios, per seed; ``clip_eps`` (PPO's) is not used."""
-        seeds = lambda x: x.reshape(size, -1, *x.shape[1:])  # noqa: E731
         log_ratio = rescaled_log_ratio(logp_new, old, new, self.params.gamma_min)
-        return gmpo_losses(seeds(log_ratio), seeds(adv), seeds(old.mask), self.params.log_clip)
+        return gmpo_losses(*(per_seed(x, size) for x in (log_ratio, adv, old.mask)), self.params.log_clip)

@@ -24,6 +24,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from torch import Tensor
 
 
+def per_seed(x: Tensor, size: int) -> Tensor:
+    """Rows of a pack's minibatch, seed-major [S B, ...] -> [S, B, ...]."""
+    return x.reshape(size, -1, *x.shape[1:])
+
+
 def ppo_losses(ratio: Tensor, adv: Tensor, weight: Tensor, mask: Tensor, clip_eps: float) -> tuple[Tensor, Tensor]:
     """Per seed: the token-mean PPO-clipped loss over unmasked tokens, and the clipped share.
     ratio, weight, mask: [S, B, R]; adv [S, B, 1] -> ([S], [S])."""

@@ -12,27 +12,15 @@ FSDP router patch plugins/rais_fsdp.py, active with ``HARNESS_RAIS=1``).
 """
 from __future__ import annotations
 
-import os
 from types import SimpleNamespace
-from typing import Any, Optional
+from typing import Any
 
 import torch
+import verl.utils.torch_functional as verl_F
+from verl.trainer.ppo.core_algos import compute_policy_loss_geo_mean, register_policy_loss
 
-from harness.backends.verl.plugins.rais import router_factor
+from harness.backends.verl.plugins.rais import loss_param, router_factor
 from harness.estimators.gmpo_rs import LOG_CLIP_ENV, LOSS_NAME
-
-
-def _log_clip(explicit: Optional[float]) -> float:
-    if explicit is not None:
-        return float(explicit)
-    raw = os.environ.get(LOG_CLIP_ENV)
-    if raw is None:
-        raise RuntimeError(f"policy loss {LOSS_NAME} needs its clip range: set {LOG_CLIP_ENV} (translate.py does)")
-    return float(raw)
-
-
-import verl.utils.torch_functional as verl_F  # noqa: E402
-from verl.trainer.ppo.core_algos import compute_policy_loss_geo_mean, register_policy_loss  # noqa: E402
 
 
 @register_policy_loss(LOSS_NAME)
@@ -43,7 +31,7 @@ def compute_policy_loss_gmpo_rs(old_log_prob: torch.Tensor, log_prob: torch.Tens
                                 log_clip: float | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
     """verl's GMPO loss with every token ratio multiplied by max(gamma, gamma_min), clipped to exp(+-log_clip)."""
     factor, gamma_metrics = router_factor(log_prob, response_mask, router_shift_gamma, gamma_min, LOSS_NAME)
-    eps = _log_clip(log_clip)
+    eps = loss_param(log_clip, LOG_CLIP_ENV, "its clip range", LOSS_NAME)
     clip = SimpleNamespace(clip_ratio=eps, clip_ratio_low=eps, clip_ratio_high=eps)  # all geo_mean reads
     loss, metrics = compute_policy_loss_geo_mean(
         old_log_prob=old_log_prob - torch.log(factor), log_prob=log_prob, advantages=advantages,

@@ -53,12 +53,13 @@ def scale(gamma: torch.Tensor, gamma_min: float) -> torch.Tensor:
     return rais_ratio(torch.ones_like(gamma), gamma, gamma_min)
 
 
-def _gamma_min(explicit: Optional[float]) -> float:
+def loss_param(explicit: Optional[float], env: str, what: str, loss: str) -> float:
+    """A policy loss's parameter: the keyword verl passed, else the environment variable translate.py sets."""
     if explicit is not None:
         return float(explicit)
-    raw = os.environ.get(GAMMA_MIN_ENV)
+    raw = os.environ.get(env)
     if raw is None:
-        raise RuntimeError(f"policy loss {LOSS_NAME} needs gamma_min: set {GAMMA_MIN_ENV} (translate.py does)")
+        raise RuntimeError(f"policy loss {loss} needs {what}: set {env} (translate.py does)")
     return float(raw)
 
 
@@ -77,7 +78,7 @@ def router_factor(log_prob: torch.Tensor, response_mask: torch.Tensor, explicit_
             "router log-probs (see harness/backends/verl/plugins/rais.py); verl 0.9.1 does not")
     if gamma.shape != log_prob.shape:
         raise ValueError(f"gamma {tuple(gamma.shape)} must match the response log-probs {tuple(log_prob.shape)}")
-    g_min = _gamma_min(gamma_min)
+    g_min = loss_param(gamma_min, GAMMA_MIN_ENV, "gamma_min", loss)
     metrics = {"actor/rais_gamma_mean": verl_F.masked_mean(gamma.detach(), response_mask).item(),
                "actor/rais_gamma_floor_frac": verl_F.masked_mean((gamma < g_min).float(), response_mask).item()}
     return scale(gamma.to(log_prob.dtype), g_min), metrics
