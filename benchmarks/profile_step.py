@@ -6,9 +6,10 @@ diagnostics, logging - and the torch ops behind them.
 
 Builds the run's ``LocalTrainer`` (warm start from the cache), runs ``--warmup`` steps, then
 ``--steps`` timed steps: the medians of the trainer's own phase timers (``time/*`` metrics) and of
-MLflow ``log_batch`` of the step's metrics into a temporary sqlite store (what ``harness.run``
-does per step). Then ``torch.profiler`` over ``--profile-steps`` steps: the ops by self CPU time.
-One torch thread, as a run.
+MLflow logging into a temporary sqlite store: what ``harness.run`` does (``StepBuffer``: whole steps
+batched, flushed every ``checkpoint_every`` steps; mean per step) beside one ``log_batch`` per step
+(before). Then ``torch.profiler`` over ``--profile-steps`` steps: the ops by self CPU time. One torch
+thread, as a run.
 """
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ if str(ROOT) not in sys.path:
 from harness import metrics as M  # noqa: E402
 from harness.config import load  # noqa: E402
 
+LOG_BATCHED = "logging (StepBuffer, mean)"
+LOG_EACH = "logging (one log_batch/step)"
 PHASES = {"rollout": M.TIME_ROLLOUT, "pi_old (estimator)": M.TIME_OLD_LOGPROB, "diagnostics": M.TIME_DIAGNOSTICS,
           "update": M.TIME_UPDATE}
 
@@ -44,29 +47,41 @@ def main(argv: list[str] | None = None) -> int:
     import logging
 
     from harness.backends.local.trainer import LocalTrainer
-    from harness.tracking import Tracker
+    from harness.tracking import StepBuffer, Tracker
 
     cfg = load(args.overrides)
     trainer = LocalTrainer(cfg, torch.device("cpu"))
     for _ in range(args.warmup):
         trainer.run_step()
     with tempfile.TemporaryDirectory() as tmp:
-        tracker = Tracker(f"sqlite:///{tmp}/p.db", "profile")
+        per_step = Tracker(f"sqlite:///{tmp}/p.db", "profile")  # one log_batch per step (before StepBuffer)
+        batched = Tracker(f"sqlite:///{tmp}/p.db", "profile")  # what harness.run does: StepBuffer
+        buffer, every = StepBuffer(batched), trainer.cfg.trainer.checkpoint_every or 10
         logging.getLogger("mlflow").setLevel(logging.WARNING)
-        per: dict[str, list[float]] = {k: [] for k in [*PHASES, "logging (MLflow log_batch)", "step (incl. logging)"]}
+        per: dict[str, list[float]] = {k: [] for k in [*PHASES, LOG_BATCHED, LOG_EACH, "step (incl. logging)"]}
         for i in range(args.steps):
             values = trainer.run_step()
             t = time.perf_counter()
-            tracker.log_step(i, values)
+            per_step.log_step(i, values)
+            t_each = time.perf_counter() - t
+            t = time.perf_counter()
+            buffer.add(i, values)
+            if (i + 1) % every == 0:  # the loops flush before every checkpoint
+                buffer.flush()
             t_log = time.perf_counter() - t
             for name, key in PHASES.items():
                 per[name].append(values[key])
-            per["logging (MLflow log_batch)"].append(t_log)
+            per[LOG_BATCHED].append(t_log)
+            per[LOG_EACH].append(t_each)
             per["step (incl. logging)"].append(values[M.TIME_STEP] + t_log)
+    per[LOG_BATCHED] = [sum(per[LOG_BATCHED]) / len(per[LOG_BATCHED])]  # amortised: the flush is every `every` steps
     total = statistics.median(per["step (incl. logging)"])
     print(f"spec: {' '.join(args.overrides) or 'defaults'}; {args.steps} steps after {args.warmup} warm-up; medians")
     for name, xs in per.items():
         med = statistics.median(xs)
+        if name == LOG_EACH:
+            print(f"  {name:28s} {med * 1e3:8.1f} ms  (not in the step: before StepBuffer)")
+            continue
         print(f"  {name:28s} {med * 1e3:8.1f} ms  {100 * med / total:5.1f}%")
     if args.profile_steps:
         from torch.profiler import ProfilerActivity, profile

@@ -58,6 +58,7 @@ def _train(records: list, device) -> list:
     from harness import metrics as M
     from harness.backends.local.run import start
     from harness.backends.local.trainer import PackTrainer
+    from harness.tracking import StepBuffer
     from harness.record import Interrupted
     from harness.summary import RunSummary
 
@@ -70,7 +71,7 @@ def _train(records: list, device) -> list:
             rewards[j] = list(rec.state["rewards"])
     started = [start(rec, ws) for rec, ws in zip(records, trainer.warmstarts)]
     trackers, logged = [t for t, _ in started], [n for _, n in started]
-    buffers = [_Buffer(t) for t in trackers]
+    buffers = [StepBuffer(t) for t in trackers]
     status = ["finished"] * len(records)
     live = list(range(len(records)))
     times: list[list[float]] = [[] for _ in records]
@@ -119,31 +120,3 @@ def _train(records: list, device) -> list:
     for j in live:
         finish(j)
     return summaries
-
-
-class _Buffer:
-    """A seed's step metrics, sent to MLflow in batches of up to ``MAX`` metrics (one ``log_batch``
-    per ~30 steps instead of one per step: a pack of S would otherwise pay S store writes per step).
-    Flushed before every checkpoint, when a seed ends and on failure: a resumed seed never misses a
-    step (steps after the checkpoint are recomputed and logged then)."""
-
-    MAX = 900  # MLflow accepts 1000 metrics per log_batch
-
-    def __init__(self, tracker):
-        self.tracker, self.rows = tracker, []
-
-    def add(self, step: int, values: dict[str, float]) -> None:
-        import time
-
-        from mlflow.entities import Metric
-
-        ts = int(time.time() * 1000)
-        new = [Metric(k, float(v), ts, step) for k, v in values.items()]
-        if len(self.rows) + len(new) > self.MAX:
-            self.flush()
-        self.rows += new
-
-    def flush(self) -> None:
-        if self.rows:
-            self.tracker.client.log_batch(self.tracker.run_id, metrics=self.rows)
-            self.rows = []

@@ -53,6 +53,7 @@ def execute(cfg: RunConfig, on_step: Callable[[int, dict[str, float]], bool] | N
     from harness import metrics as M
     from harness.backends.local.overlap import make_trainer
     from harness.record import Interrupted, RunRecord
+    from harness.tracking import StepBuffer
 
     record = RunRecord(cfg, rerun=rerun, finished_after_ms=finished_after_ms, tags=tags)
     done = record.prepare()  # store, folder, identity, store lookup, checkpoint: seconds, before the warm start
@@ -75,7 +76,10 @@ def execute(cfg: RunConfig, on_step: Callable[[int, dict[str, float]], bool] | N
         trainer.close()
         raise
 
+    buffer = StepBuffer(tracker)
+
     def save_checkpoint() -> None:
+        buffer.flush()  # every step up to a checkpoint is in the store
         record.save_checkpoint(trainer.state_dict(), {"rewards": rewards})
 
     status, times = "finished", []
@@ -89,7 +93,7 @@ def execute(cfg: RunConfig, on_step: Callable[[int, dict[str, float]], bool] | N
                 rewards.append(values[M.REWARD_MEAN])
                 times.append(values[M.TIME_STEP])
                 if step > logged:  # a resumed run recomputes identical steps; log each once
-                    tracker.log_step(step, values)
+                    buffer.add(step, values)
                 bar.update(1)
                 bar.set_postfix(reward=f"{values[M.REWARD_MEAN]:.3f}", k3=f"{values[M.MISMATCH_K3]:.1e}")
                 if not math.isfinite(values[M.POLICY_LOSS]):
@@ -106,6 +110,10 @@ def execute(cfg: RunConfig, on_step: Callable[[int, dict[str, float]], bool] | N
                              if every else "no checkpoint (trainer.checkpoint_every=0): a rerun starts over")
                     raise Interrupted(record.stop_signal, f"MLflow run {tracker.run_id} ended KILLED; {where}")
     except BaseException as exc:
+        try:
+            buffer.flush()
+        except Exception:  # noqa: BLE001 - report the original failure
+            pass
         record.end(exc)
         raise
     finally:
@@ -113,6 +121,7 @@ def execute(cfg: RunConfig, on_step: Callable[[int, dict[str, float]], bool] | N
         trainer.close()
 
     try:
+        buffer.flush()
         summary = RunSummary.of(tracker.run_id, cfg, status, trainer.step, rewards, times)
     except BaseException as exc:
         record.end(exc)
