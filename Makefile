@@ -21,8 +21,8 @@ probe: install
 
 # docs/results.md, regenerated end to end (issues 6 and 15): the noise probes; issue 15's four sweeps at
 # KwaiKAT-calibrated noise (router sigma 0.1): the headline (every estimator), mean_n's n-sweep, the sampler arms
-# (raw vs processed log-probs) and the noise-vs-bias dose-response; the sigma = 1 stress arm (the ablation and its
-# n-sweep, 5 seeds); the reports under docs/results/ and docs/results.md's generated tables. Runs already finished
+# (raw vs processed log-probs) and the noise-vs-bias dose-response; the sigma = 1 stress arm (the ablation, 10 seeds,
+# and its n-sweep, 5 seeds); the reports under docs/results/ and docs/results.md's generated tables. Runs already finished
 # in the store are skipped, so a rerun only fills what is missing. Every sweep also runs on Slurm (launcher=slurm).
 # Wall time from an empty store on 2 cores: docs/results.md, top.
 PROBE := $(PY) -m harness.probe tracking.experiment=noise_probe

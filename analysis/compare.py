@@ -46,10 +46,10 @@ def compare_table(exp: Experiment, measures: pd.DataFrame, a: str, b: str, cfg: 
     for column, title in MEASURES:
         sa, sb = _strata(measures, exp, a, column), _strata(measures, exp, b, column)
         ia = iqm_ci(list(sa.values()), cfg.bootstrap_reps, cfg.ci, cfg.seed)
-        ib = iqm_ci(list(sb.values()), cfg.bootstrap_reps, cfg.ci, cfg.seed + 1)
+        ib = iqm_ci(list(sb.values()), cfg.bootstrap_reps, cfg.ci, cfg.seed)
         tasks = sorted(set(sa) & set(sb))
         poi = probability_of_improvement([sa[t] for t in tasks], [sb[t] for t in tasks],
-                                         cfg.bootstrap_reps, cfg.ci, cfg.seed + 2)
+                                         cfg.bootstrap_reps, cfg.ci, cfg.seed)
         few = min(sum(np.isfinite(v).sum() for v in sa.values()), sum(np.isfinite(v).sum() for v in sb.values())) < 2
         rows.append({"measure": title, f"A = {a}": ia.fmt(), f"B = {b}": ib.fmt(),
                      "P(A > B)": "n/a (< 2 seeds)" if few else poi.fmt(2)})

@@ -173,10 +173,10 @@ def arm_frame(runs: pd.DataFrame, cfg: AnalysisConfig) -> pd.DataFrame:
     by_name = {r.arm: (r.kind, r.level, r.arm) for r in runs.itertuples()}  # keyed by name: the control's level is NaN
     arms = sorted(by_name.values(), key=lambda a: Arm(a[0], a[1]).order)
     rows = []
-    for k, (kind, level, name) in enumerate(arms):
+    for kind, level, name in arms:
         g = runs[runs["arm"] == name]
         n, c = len(g), int(g["collapsed"].sum())
-        seed = cfg.seed + k
+        seed = cfg.seed  # intervals are keyed by their data (stats.data_rng)
         row = {"arm": name, "kind": kind, "level": level, "runs": n, "collapsed": c,
                **_interval_cols("collapse_rate", wilson(c, n, cfg.ci)),
                "onset_km_median": km_median(g["collapse_time"].to_numpy(float), g["collapsed"].to_numpy(bool)),

@@ -130,11 +130,11 @@ def _curves(ctx: FigureContext, name: str, metric: str, smoothed: bool, title: s
         raise MissingInput(f"no run logged `{metric}`")
     fig, (ax,) = _new(name, ctx.cfg)
     drawn, positives = 0, []
-    for k, label in enumerate(ctx.exp.labels):
+    for label in ctx.exp.labels:
         m = _group_matrix(ctx, metric, label, smoothed)
         if m.empty:
             continue
-        center, lo, hi = curve_band(m.to_numpy().T, ctx.cfg.curve_reps, ctx.cfg.ci, ctx.cfg.seed + k)
+        center, lo, hi = curve_band(m.to_numpy().T, ctx.cfg.curve_reps, ctx.cfg.ci, ctx.cfg.seed)
         steps = m.index.to_numpy()
         st = ctx.palette[label]
         n_runs = m.shape[1]

@@ -6,8 +6,10 @@
 - **Stratified bootstrap CI** (Agarwal et al. 2021, rliable ``StratifiedBootstrap``): resample the runs
   with replacement *within each stratum* (task), independently per stratum, recompute the statistic
   on the pooled resample; the CI is the percentile interval ``[q_(1-ci)/2, q_(1+ci)/2]`` of the
-  ``reps`` replicates. With one stratum it is the ordinary bootstrap. Seeded with
-  ``numpy.random.default_rng(seed)`` (rliable ignores its ``random_state``).
+  ``reps`` replicates. With one stratum it is the ordinary bootstrap. The random stream is keyed by the
+  seed *and the data* (:func:`data_rng`: each stratum's values sorted, strata sorted): an interval is a
+  function of the numbers alone, so the same runs give the same interval in any report, in any group
+  order, beside any other groups (rliable ignores its ``random_state``).
 - **Probability of improvement** ``P(X > Y)``: per stratum the Mann-Whitney U statistic
   ``mean_{i,j} [1(x_i > y_j) + 0.5 * 1(x_i = y_j)]``, averaged over strata; CI by resampling X and Y
   independently within strata.
@@ -76,6 +78,25 @@ def _strata(scores: Sequence[np.ndarray] | np.ndarray) -> list[np.ndarray]:
     return [np.asarray(s, dtype=float).ravel() for s in scores]
 
 
+def data_rng(seed: int, *arrays: Sequence[np.ndarray]) -> np.random.Generator:
+    """A generator keyed by ``seed`` and the values of ``arrays`` (lists of strata), independent of the order
+    of the values within a stratum and of the strata: its draws resample the sorted strata (:func:`_canonical`)."""
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=16)
+    for strata in arrays:
+        for s in strata:
+            h.update(np.ascontiguousarray(s, dtype=np.float64).tobytes())
+            h.update(b"|")
+        h.update(b"#")
+    return np.random.default_rng([int(seed), *np.frombuffer(h.digest(), dtype=np.uint32).tolist()])
+
+
+def _canonical(strata: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Each stratum's values sorted, the strata in sorted order: what the data-keyed bootstrap resamples."""
+    return sorted((np.sort(np.asarray(s, dtype=float)) for s in strata), key=lambda a: (len(a), a.tolist()))
+
+
 def stratified_resample(strata: Sequence[np.ndarray], reps: int, rng: np.random.Generator) -> np.ndarray:
     """``(reps, N)`` bootstrap resamples: each stratum resampled with replacement on its own."""
     parts = []
@@ -102,11 +123,12 @@ def bootstrap_ci(
     strata = [s for s in strata if len(s)]
     if not strata:
         return Interval(math.nan, math.nan, math.nan)
+    strata = _canonical(strata)
     pooled = np.concatenate(strata)
     point = float(statistic(pooled[None, :])[0])
     if len(pooled) < 2:
         return Interval(point, math.nan, math.nan)
-    rng = np.random.default_rng(seed)
+    rng = data_rng(seed, strata)
     boots = statistic(stratified_resample(strata, reps, rng))
     lo, hi = np.quantile(boots, [(1 - ci) / 2, (1 + ci) / 2])
     return Interval(point, float(lo), float(hi))
@@ -150,13 +172,13 @@ def probability_of_improvement(
     ys = [s[np.isfinite(s)] for s in _strata(y)]
     if len(xs) != len(ys):
         raise ValueError("probability_of_improvement: x and y need the same strata")
-    pairs = [(a, b) for a, b in zip(xs, ys) if len(a) and len(b)]
+    pairs = [(np.sort(a), np.sort(b)) for a, b in zip(xs, ys) if len(a) and len(b)]
     if not pairs:
         return Interval(math.nan, math.nan, math.nan)
     point = float(np.mean([prob_improvement_point(a, b) for a, b in pairs]))
     if all(len(a) < 2 and len(b) < 2 for a, b in pairs):
         return Interval(point, math.nan, math.nan)
-    rng = np.random.default_rng(seed)
+    rng = data_rng(seed, [a for a, _ in pairs], [b for _, b in pairs])
     boots = np.zeros(reps)
     for a, b in pairs:
         xb = a[rng.integers(0, len(a), size=(reps, len(a)))]
@@ -180,7 +202,8 @@ def curve_band(values: np.ndarray, reps: int = 500, ci: float = 0.95, seed: int 
     if n_runs < 2:
         nan = np.full(v.shape[1], np.nan)
         return center, nan, nan
-    rng = np.random.default_rng(seed)
+    v = v[np.lexsort(np.nan_to_num(v, nan=np.inf).T[::-1])]  # runs in a canonical order: the band keys on the data
+    rng = data_rng(seed, [v.ravel()])
     lo = np.full(v.shape[1], np.nan)
     hi = np.full(v.shape[1], np.nan)
     chunk = max(1, int(2_000_000 // max(1, reps * n_runs)))  # bound memory: reps x runs x chunk

@@ -143,9 +143,9 @@ def summary_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig) 
     perts = {label: _perturbations(exp, label) for label in exp.labels}
     show_pert = any(perts.values())
     show_cov = measures["coverage_mean"].notna().any() if "coverage_mean" in measures else False
-    for k, label in enumerate(exp.labels):
+    for label in exp.labels:
         g = measures[measures["label"] == label]
-        seed = cfg.seed + k
+        seed = cfg.seed  # intervals are keyed by their data (stats.data_rng), not by the group's position
         fin = iqm_ci(g["final"].to_numpy(float), cfg.bootstrap_reps, cfg.ci, seed)
         peak = iqm_ci(g["peak"].to_numpy(float), cfg.bootstrap_reps, cfg.ci, seed)
         area = iqm_ci(g["auc"].to_numpy(float), cfg.bootstrap_reps, cfg.ci, seed)
@@ -213,11 +213,11 @@ def marginal_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig,
         return None
     values.sort(key=lambda v: (v not in ("", "none", "na"), v))
     rows, data = [], []
-    for k, v in enumerate(values):
+    for v in values:
         g = m[m[tag].fillna("") == v]
         strata = [gg.to_numpy(float) for _, gg in g.groupby("label")["final"]]
-        fin = iqm_ci(strata, cfg.bootstrap_reps, cfg.ci, cfg.seed + k)
-        auc = iqm_ci([gg.to_numpy(float) for _, gg in g.groupby("label")["auc"]], cfg.bootstrap_reps, cfg.ci, cfg.seed + k)
+        fin = iqm_ci(strata, cfg.bootstrap_reps, cfg.ci, cfg.seed)
+        auc = iqm_ci([gg.to_numpy(float) for _, gg in g.groupby("label")["auc"]], cfg.bootstrap_reps, cfg.ci, cfg.seed)
         n, c = len(g), int(g["collapsed"].sum())
         rate = wilson(c, n, cfg.ci)
         kl = iqm(g["kl_mean"].dropna().to_numpy(float))

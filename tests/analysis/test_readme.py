@@ -51,3 +51,25 @@ def test_the_project_results_tables_match_docs_results():
     new, changed = refresh(text, results.parent)
     assert text.count("<!-- generated:") >= 5
     assert changed == [], f"stale tables in docs/results.md (run `python -m analysis readme docs/results.md`): {changed}"
+
+
+def test_every_interval_the_prose_quotes_is_a_value_of_a_committed_table():
+    """Every 'estimate [lo, hi]' written by hand in the README or docs/results.md (outside the generated
+    blocks) appears verbatim in a table under docs/results/: a number in the prose is a table row's, and
+    goes stale loudly when a report is regenerated with other values."""
+    import re
+
+    from analysis.load import project_root
+
+    root = project_root()
+    tables = "\n".join(p.read_text() for ext in ("*.md", "*.csv") for p in sorted((root / "docs" / "results").rglob(ext)))
+    interval = re.compile(r"-?\d+\.\d+ \[-?\d+\.\d+, -?\d+\.\d+\]")
+    missing, quoted = [], 0
+    for doc in ("README.md", "docs/results.md"):
+        prose = re.sub(r"<!-- generated:.*?<!-- /generated -->", "", (root / doc).read_text(), flags=re.S)
+        for m in interval.finditer(prose):
+            quoted += 1
+            if m.group(0) not in tables:
+                missing.append(f"{doc}: {m.group(0)}")
+    assert quoted >= 50  # the check reads the prose it is meant to
+    assert not missing, f"intervals in the prose that no table under docs/results/ has: {missing}"

@@ -142,3 +142,27 @@ def test_newcombe_difference_matches_the_paper():
     iv = newcombe_diff(9, 10, 3, 10)
     assert (iv.lo, iv.hi) == (pytest.approx(0.1705, abs=1e-4), pytest.approx(0.8090, abs=1e-4))
     assert np.isnan(newcombe_diff(0, 0, 1, 2).point)
+
+
+def test_an_interval_depends_on_its_data_only_not_on_order_or_neighbours():
+    """The same runs give the same CI wherever they appear: in any order, as any group of a report (the
+    raw and processed arms of a run that ignores logprobs_mode had CIs differing in the last digit), and
+    whatever groups sit beside them; other data gives another stream."""
+    rng = np.random.default_rng(3)
+    a = rng.normal(0.8, 0.05, 10)
+    ci = iqm_ci(a, 2000, 0.95, 0)
+    assert iqm_ci(a[::-1].copy(), 2000, 0.95, 0) == ci
+    assert iqm_ci(rng.permutation(a), 2000, 0.95, 0) == ci
+    strata = [a[:5], a[5:]]
+    assert iqm_ci(strata, 2000, 0.95, 0) == iqm_ci(strata[::-1], 2000, 0.95, 0)
+    b = a.copy()
+    b[0] += 1e-9  # a different run set: a different stream (the point moves by ~1e-10 at most)
+    other = iqm_ci(b, 2000, 0.95, 0)
+    assert (other.lo, other.hi) != (ci.lo, ci.hi)
+    assert iqm_ci(a, 2000, 0.95, 1) != ci  # the seed still selects the stream
+    x, y = rng.normal(0, 1, 8), rng.normal(0.5, 1, 8)
+    assert probability_of_improvement(x, y, 2000) == probability_of_improvement(x[::-1].copy(), rng.permutation(y), 2000)
+    runs = rng.normal(0, 1, (6, 40))
+    band = curve_band(runs, 200)
+    for got, want in zip(curve_band(runs[::-1].copy(), 200), band):
+        np.testing.assert_array_equal(got, want)
