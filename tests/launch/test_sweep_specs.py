@@ -39,12 +39,13 @@ def test_same_spec_in_two_experiments_is_two_runs():
     assert all(r.cfg.run_dir.parent.name == "noise_bias" for r in shared)
 
 
-def test_ablation_is_every_estimator_times_ten_seeds():
+def test_ablation_is_every_estimator_and_plain_gmpo_times_ten_seeds():
     runs = runs_of("ablation")
-    assert len(runs) == 10 * len(ESTIMATORS) == 100
-    assert Counter(r.cfg.estimator.name for r in runs) == {e: 10 for e in ESTIMATORS}
+    assert len(runs) == 10 * (len(ESTIMATORS) + 2) == 120
+    assert Counter(r.cfg.estimator.name for r in runs) == {**{e: 10 for e in ESTIMATORS}, "gmpo_rs": 20}
+    assert sorted(r.cfg.estimator.gamma_min for r in runs if r.cfg.estimator.name == "gmpo_rs") == [0.8] * 10 + [1.0] * 10
     assert {r.cfg.seed for r in runs} == set(range(10))
-    assert len({r.signature for r in runs}) == 100
+    assert len({r.signature for r in runs}) == 120
     assert all(r.cfg.tracking.experiment == "ablation" for r in runs)
     assert all(r.cfg.run_dir == ROOT / "runs" / "ablation" / r.signature for r in runs)
     assert all(r.cfg.trainer.checkpoint_every == 10 for r in runs)
