@@ -120,6 +120,13 @@ class StepBuffer:
             self.tracker.client.log_batch(self.tracker.run_id, metrics=self.rows)
             self.rows = []
 
+    def flush_on_failure(self) -> None:
+        """Flush what the run computed before it failed, without hiding the failure behind a store error."""
+        try:
+            self.flush()
+        except Exception:  # noqa: BLE001 - the caller re-raises the original failure
+            pass
+
 
 def finite(x: float) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)

@@ -58,9 +58,9 @@ def _train(records: list, device) -> list:
     from harness import metrics as M
     from harness.backends.local.run import start
     from harness.backends.local.trainer import PackTrainer
-    from harness.tracking import StepBuffer
     from harness.record import Interrupted
     from harness.summary import RunSummary
+    from harness.tracking import StepBuffer
 
     cfgs = [r.cfg for r in records]
     trainer = PackTrainer(cfgs, device)
@@ -111,10 +111,7 @@ def _train(records: list, device) -> list:
                                       + (" (checkpoints written: the same command resumes)" if every else ""))
     except BaseException as exc:
         for j in live:
-            try:
-                buffers[j].flush()
-            except Exception:  # noqa: BLE001 - report the original failure
-                pass
+            buffers[j].flush_on_failure()
             records[j].end(exc)
         raise
     for j in live:

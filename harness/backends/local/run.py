@@ -110,10 +110,7 @@ def execute(cfg: RunConfig, on_step: Callable[[int, dict[str, float]], bool] | N
                              if every else "no checkpoint (trainer.checkpoint_every=0): a rerun starts over")
                     raise Interrupted(record.stop_signal, f"MLflow run {tracker.run_id} ended KILLED; {where}")
     except BaseException as exc:
-        try:
-            buffer.flush()
-        except Exception:  # noqa: BLE001 - report the original failure
-            pass
+        buffer.flush_on_failure()
         record.end(exc)
         raise
     finally:
