@@ -39,7 +39,8 @@ LOCAL_TRAIN_TEMPERATURE = "sampler"
 #: keys added after runs were stored, with their defaults: a key enters the signature only when set to another
 #: value, so every spec that leaves it alone keeps the signature it was stored under
 LATE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "inference": {"prefix_cache_capacity": 1.0, "replay_on_miss": "recompute", "top_p": 1.0},
+    "inference": {"prefix_cache_capacity": 1.0, "replay_on_miss": "recompute", "top_p": 1.0, "kl_target": 0.0,
+                  "kl_gain": 0.25},
     "trainer": {"overlap": False},
 }
 
@@ -113,6 +114,10 @@ class InferenceConfig:
     logit_noise_sigma: float = 0.0  # N(0, sigma^2) on output logits, fresh per call (unbiased in logit space)
     bias_delta: float = 1.0  # scale the probability of tokens with p < bias_threshold by delta (1 = off)
     bias_threshold: float = 0.05
+    # KL-held perturbation (harness/backends/local/kl_control.py): > 0 scales the one perturbation that is on, per
+    # seed and step, so that the batch's train-inference k3 (mismatch/rec_k3) is held at this target along training
+    kl_target: float = 0.0
+    kl_gain: float = 0.25  # the controller's step in log scale per unit of log k3 error
     # multi-turn rollouts (harness/backends/local/prefix_cache.py); in the signature only when not the default
     prefix_cache_capacity: float = 1.0  # share of a batch's context tokens the prefix cache holds between turns
     replay_on_miss: str = "recompute"  # an evicted context's routing: recompute (the refill's) | missing (-1)
@@ -372,6 +377,16 @@ def validate(cfg: RunConfig) -> RunConfig:
              f"must be a share of the batch's context tokens in [0, 1] (1 = every turn hits), "
              f"got {i.prefix_cache_capacity}")
     _one_of(i.replay_on_miss, ("recompute", "missing"), "inference.replay_on_miss")
+    _require(i.kl_target >= 0, "inference.kl_target", f"must be >= 0 (0 = off), got {i.kl_target}")
+    if i.kl_target > 0:
+        on = [k for k, off in (("router_noise_sigma", 0.0), ("logit_noise_sigma", 0.0), ("bias_delta", 1.0))
+              if getattr(i, k) != off]
+        _require(len(on) == 1, "inference.kl_target", "holds the KL by scaling the one perturbation that is on "
+                 "(router_noise_sigma, logit_noise_sigma or bias_delta, its value the starting level); "
+                 f"{'none is' if not on else ', '.join(on) + ' are'} on")
+        _require(0 < i.kl_gain <= 1, "inference.kl_gain", f"must be in (0, 1], got {i.kl_gain}")
+        _require(not cfg.trainer.overlap, "inference.kl_target", "needs trainer.overlap=false: with overlap, step "
+                 "t+1's rollout starts before step t's KL is measured")
 
     tr = cfg.trainer
     _require(tr.lr > 0, "trainer.lr", f"the learning rate must be > 0, got {tr.lr}")

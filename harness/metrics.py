@@ -45,6 +45,9 @@ TIME_DIAGNOSTICS = "time/diagnostics_s"
 TIME_STEP = "time/step_s"
 TIME_ROLLOUT_WAIT = "time/rollout_wait_s"
 TOKENS_PER_S = "tokens/per_s"
+# KL-held runs only (inference.kl_target > 0, harness/backends/local/kl_control.py)
+PERTURB_SCALE = "perturb/scale"
+PERTURB_LEVEL = "perturb/level"
 # noise-probe runs only (``python -m harness.probe``, tag ``probe=1``): one value each, at step 0
 PROBE_DIFF = "probe/diff"
 PROBE_VAR_ROLLOUT = "probe/var_rollout"
@@ -95,6 +98,9 @@ CATALOGUE: dict[str, str] = {
     TIME_ROLLOUT_WAIT: ("seconds the step waited for its rollout batch: all of collecting it without overlap; "
                         "with trainer.overlap only what the previous update did not hide"),
     TOKENS_PER_S: "generated response tokens per second of rollout",
+    PERTURB_SCALE: "KL-held runs only (inference.kl_target > 0): the scale c_t this step's perturbation ran at "
+                   "(sigma_0 c_t, or delta_0 ** c_t for the bias), set from the earlier steps' mismatch/rec_k3",
+    PERTURB_LEVEL: "KL-held runs only: that perturbation's level this step (router/logit sigma, or the bias delta)",
 }
 
 # Logged once (step 0) by noise-probe runs (tag ``probe=1``), not by training runs.

@@ -23,6 +23,8 @@
   longer differs from itself but carries a large fixed bias (the ``deterministic(frozen)`` arm).
   Deterministic inference proper (the ``deterministic`` estimator, ``noise: removed``) runs this
   mode with both noise knobs at 0 (``Estimator.inference``): precision is the only difference left.
+  ``scale`` (None, or a per-seed [S] tensor set by ``kl_control.KLController`` in a KL-held run) multiplies the
+  noise sigmas, or the bias's log delta, per seed.
 
 Independent calls can share one batched forward: every activation carries a leading *call* axis
 G, and each call keeps its own split-K factor, combine orders and noise draws (``_Call``). That is
@@ -229,6 +231,7 @@ class InferenceEngine:
             frozen["logits"].append(torch.randn(d, policy.vocab_size, generator=g))
         # fixed projections [S, d, *]: the deterministic mode's stand-in for fresh noise
         self.frozen = {k: torch.stack(v).to(self.device) for k, v in frozen.items()}
+        self.scale: Tensor | None = None  # per-seed [S] scale of the perturbation (KL-held runs), None = 1
         self.load_weights(policy)
 
     @property
@@ -281,7 +284,7 @@ class InferenceEngine:
         k = mc.top_k
         logits = call.mm(x, self.w[p + "router"]).float()
         if cfg.router_noise_sigma > 0:
-            logits = logits + cfg.router_noise_sigma * self._noise(call, x, "router")
+            logits = logits + self._sigma(cfg.router_noise_sigma, logits.shape[0], 3) * self._noise(call, x, "router")
         probs = torch.softmax(logits, -1)
         gates, selected = probs.topk(k, dim=-1)
         gates = (gates / gates.sum(-1, keepdim=True)).to(self.act)
@@ -374,13 +377,21 @@ class InferenceEngine:
         hidden = self._rms(call, x, w["final_norm"])
         logits = call.mm(hidden, w["lm_head"]).float()
         if self.cfg.logit_noise_sigma > 0:
-            logits = logits + self.cfg.logit_noise_sigma * self._noise(call, hidden, "logits")
+            logits = logits + self._sigma(self.cfg.logit_noise_sigma, logits.shape[0], 4) * self._noise(call, hidden,
+                                                                                                      "logits")
         rl = sel = None
         if mc.kind == "moe" and not keep_from:
             rl, sel = torch.stack(router_logp, -2), torch.stack(selected, -2)
         if squeeze:
             return logits[0], None if rl is None else rl[0], None if sel is None else sel[0]
         return logits, rl, sel
+
+    def _sigma(self, sigma: float, rows: int, ndim: int) -> "float | Tensor":
+        """A perturbation's size for ``rows`` seed-major leading rows (S x calls) of an ndim tensor: the configured
+        value, or times each row's seed ``scale`` in a KL-held run."""
+        if self.scale is None:
+            return sigma
+        return (sigma * self.scale).repeat_interleave(rows // self.scale.numel()).view(-1, *([1] * (ndim - 1)))
 
     def _noise(self, call: _Call, x: Tensor, which: str) -> Tensor:
         """Standard-normal noise per entry: fresh per call, or frozen (a function of x) when deterministic."""
@@ -398,7 +409,10 @@ class InferenceEngine:
         logp = torch.log_softmax(logits, -1)
         if self.cfg.bias_delta != 1.0:
             low = logp.exp() < self.cfg.bias_threshold
-            logp = torch.log_softmax(logp + low * torch.log(torch.tensor(self.cfg.bias_delta)), -1)
+            log_delta = torch.log(torch.tensor(self.cfg.bias_delta))
+            if self.scale is not None:  # delta ** c per seed
+                log_delta = self._sigma(float(log_delta), logp.shape[0], logp.dim())
+            logp = torch.log_softmax(logp + low * log_delta, -1)
         return logp
 
     def _sampler_logp(self, logp: Tensor) -> Tensor:

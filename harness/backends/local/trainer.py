@@ -28,6 +28,7 @@ from torch import Tensor
 from harness import estimators
 from harness import metrics as M
 from harness.backends.local.inference_engine import InferenceEngine, Rollout
+from harness.backends.local.kl_control import KLController
 from harness.backends.local.model import PolicyPack
 from harness.backends.local.optim import PackAdamW
 from harness.backends.local.prefix_cache import replay_coverage
@@ -165,6 +166,13 @@ class PackTrainer:
         tr = cfg.trainer
         self.opt = PackAdamW(self.policy.weights(), lr=tr.lr, weight_decay=tr.weight_decay)
         self.step = 0
+        # a KL-held run (inference.kl_target > 0): the perturbation's per-seed scale, set from the measured KL
+        self.kl = KLController(self.infer.cfg, self.size) if cfg.inference.kl_target > 0 else None
+        self._set_scale()
+
+    def _set_scale(self) -> None:
+        if self.kl is not None:
+            self.infer.scale = self.kl.scale.to(self.device)
 
     # ---------------------------------------------------------------------------- state
     def seed_state(self, s: int) -> dict:
@@ -177,6 +185,7 @@ class PackTrainer:
             "shuffle_gen": self.shuffle_gens[s].get_state(),
             "diag_gen": self.diag_gens[s].get_state(),
             "infer": self.infer.state(s),
+            **({"kl": self.kl.state(s)} if self.kl is not None else {}),
         }
 
     def load_seed_state(self, s: int, state: dict) -> None:
@@ -190,6 +199,9 @@ class PackTrainer:
         self.diag_gens[s].set_state(state["diag_gen"])
         self.infer.load_state(state["infer"], s)
         self.infer.load_weights(self.policy)
+        if self.kl is not None:
+            self.kl.load_state(s, state["kl"])
+            self._set_scale()
 
     # ----------------------------------------------------------------------------- step
     def run_step(self) -> list[dict[str, float]]:
@@ -236,12 +248,17 @@ class PackTrainer:
         t = time.perf_counter()
         noise = batch.noise_scores if batch.noise_scores is not None else self.noise_scores(roll)
         out = self._diagnostics(ctx, old, roll, mask, noise)
+        if self.kl is not None:  # the scale this step ran at
+            out.update(self.kl.metrics())
         t_diag = time.perf_counter() - t
 
         t = time.perf_counter()
         out.update(self._update(roll.tokens, pl, adv, old))
         t_update = time.perf_counter() - t
         self.sync_weights()
+        if self.kl is not None:  # the next step's scale, from this step's train-inference KL
+            self.kl.update(out[M.MISMATCH_REC_K3])
+            self._set_scale()
         self.step += 1
 
         t_all = time.perf_counter() - t_step

@@ -226,7 +226,7 @@ def validate(cfg: "RunConfig") -> "RunConfig":
     _require(t.name in allowed, "task", f"the verl backend has no data for task {t.name!r}; allowed: {', '.join(allowed)}")
 
     # the local engine's perturbation knobs have no vLLM counterpart
-    for key, off in (("router_noise_sigma", 0.0), ("logit_noise_sigma", 0.0), ("bias_delta", 1.0)):
+    for key, off in (("router_noise_sigma", 0.0), ("logit_noise_sigma", 0.0), ("bias_delta", 1.0), ("kl_target", 0.0)):
         _require(getattr(i, key) == off, f"inference.{key}",
                  f"controlled perturbations exist only in the local inference engine; on verl it must stay {off}")
     for key, off in (("prefix_cache_capacity", 1.0), ("replay_on_miss", "recompute")):
