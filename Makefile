@@ -21,7 +21,7 @@ probe: install
 
 # docs/results.md, regenerated end to end (issues 6 and 15): the noise probes; issue 15's four sweeps at
 # KwaiKAT-calibrated noise (router sigma 0.1): the headline (every estimator), mean_n's n-sweep, the sampler arms
-# (raw vs processed log-probs) and the noise-vs-bias dose-response; the sigma = 1 stress arm (the ablation, 10 seeds,
+# (raw vs processed log-probs) and the noise-vs-bias dose-response, fixed and KL-held along training; the sigma = 1 stress arm (the ablation, 10 seeds,
 # and its n-sweep, 5 seeds); the reports under docs/results/ and docs/results.md's generated tables. Runs already finished
 # in the store are skipped, so a rerun only fills what is missing. Every sweep also runs on Slurm (launcher=slurm).
 # Wall time from an empty store on 2 cores: docs/results.md, top.
@@ -36,6 +36,7 @@ results: install
 	$(PY) -m harness.sweep sweeps/n_calibrated.yaml launcher=local --wait
 	$(PY) -m harness.sweep sweeps/sampler.yaml launcher=local --wait
 	$(PY) -m harness.sweep sweeps/dose.yaml launcher=local --wait
+	$(PY) -m harness.sweep sweeps/dose_held.yaml launcher=local --wait
 	$(PY) -m harness.sweep sweeps/ablation.yaml launcher=local --wait
 	$(PY) -m harness.sweep sweeps/n_sweep.yaml launcher=local --wait
 	$(PY) -m analysis report --experiment noise_probe --out docs/results/noise_probe
@@ -43,6 +44,7 @@ results: install
 	$(PY) -m analysis report --experiment sampler --group-by inference.logprobs_mode --out docs/results/sampler
 	$(PY) -m analysis report --experiment dose --group-by perturbation --out docs/results/dose
 	$(PY) -m analysis dose --experiment dose --out docs/results/dose
+	$(PY) -m analysis dose --experiment dose_held --out docs/results/dose_held
 	$(PY) scripts/equal_kl.py --sigmas 0.05,0.1,0.2 --deltas 0.9,0.8,0.7 > docs/results/dose/equal_kl.txt
 	for s in 0.1 0.3 1.0; do $(PY) scripts/equal_kl.py --sigmas "" --deltas "" inference.router_noise_sigma=$$s; done >> docs/results/dose/equal_kl.txt
 	$(PY) -m analysis report --experiment ablation --x n --out docs/results/ablation_v2

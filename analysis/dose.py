@@ -4,7 +4,11 @@ train-inference KL measured along training, not only at the warm start (issue 15
 **Arms.** A run's arm is its ``perturbation`` tag (``harness.tags.perturbation``: ``none``, or
 ``kind=level`` for the one explicit perturbation that is on), parsed by :func:`parse_perturbation` into
 (kind, level), kind in ``none`` (the control), ``router`` (router-logit noise sigma), ``logit``
-(output-logit noise sigma) or ``bias`` (probabilities below 0.05 scaled by delta). A tag naming several
+(output-logit noise sigma) or ``bias`` (probabilities below 0.05 scaled by delta). A KL-held run
+(``inference.kl_target``: its perturbation rescaled every step to hold the train-inference k3 at a target,
+``harness/backends/local/kl_control.py``) is tagged ``kind@k3=target``: its arm is (kind, target), held, its dose
+the target, and the table adds the perturbation level it ran at (``perturb/level``: the IQM over runs of each
+run's mean over its steps). A tag naming several
 perturbations at once (``router=1,bias=0.5``), an unknown kind, a level that is no number, or a run
 without the tag is refused (:class:`analysis.load.AnalysisError`, exit 2): such a run has no place on
 one dose axis. Arms sort by kind (none, router, logit, bias), then by dose: sigma ascending for the two
@@ -76,22 +80,25 @@ TERMS = {"bias_sq": M.MISMATCH_BIAS_SQ, "var_rollout": M.NOISE_VAR_ROLLOUT}
 @dataclass(frozen=True)
 class Arm:
     kind: str
-    level: float  # NaN for the control
+    level: float  # NaN for the control; the KL target of a held arm
+    held: bool = False  # KL-held: the perturbation rescaled along training to hold k3 at ``level``
 
     @property
     def dose(self) -> float:
         """The order within a kind: sigma for the noises, 1 - delta for the bias, 0 for the control."""
         if self.kind == "none":
             return 0.0
-        return 1.0 - self.level if self.kind == "bias" else self.level
+        return 1.0 - self.level if self.kind == "bias" and not self.held else self.level
 
     @property
     def name(self) -> str:
-        return "none" if self.kind == "none" else f"{self.kind}={self.level:g}"
+        if self.kind == "none":
+            return "none"
+        return f"{self.kind}@k3={self.level:g}" if self.held else f"{self.kind}={self.level:g}"
 
     @property
-    def order(self) -> tuple[int, float]:
-        return KINDS.index(self.kind), self.dose
+    def order(self) -> tuple[int, bool, float]:
+        return KINDS.index(self.kind), self.held, self.dose
 
 
 def parse_perturbation(text: object, where: str = "run") -> Arm:
@@ -105,16 +112,17 @@ def parse_perturbation(text: object, where: str = "run") -> Arm:
     if len(parts) > 1:
         raise AnalysisError(f"{where}: perturbation {raw!r} sets {len(parts)} perturbations at once; a dose arm has "
                             "exactly one (`router=S`, `logit=S` or `bias=D`) or none")
-    m = re.fullmatch(r"\s*([a-z_]+)\s*=\s*(\S+)\s*", parts[0])
+    m = re.fullmatch(r"\s*([a-z_]+)\s*(@k3)?\s*=\s*(\S+)\s*", parts[0])
     if not m or m.group(1) not in KINDS[1:]:
-        raise AnalysisError(f"{where}: perturbation {raw!r} is not one of none, router=S, logit=S, bias=D")
+        raise AnalysisError(f"{where}: perturbation {raw!r} is not one of none, router=S, logit=S, bias=D "
+                            "(or kind@k3=K, KL-held)")
     try:
-        level = float(m.group(2))
+        level = float(m.group(3))
     except ValueError:
-        raise AnalysisError(f"{where}: perturbation {raw!r}: level {m.group(2)!r} is not a number") from None
+        raise AnalysisError(f"{where}: perturbation {raw!r}: level {m.group(3)!r} is not a number") from None
     if not math.isfinite(level):
         raise AnalysisError(f"{where}: perturbation {raw!r}: level must be finite")
-    return Arm(m.group(1), level)
+    return Arm(m.group(1), level, held=m.group(2) is not None)
 
 
 def _mean(s: pd.Series) -> float:
@@ -131,7 +139,8 @@ def run_frame(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig, edge
         arm = parse_perturbation(run.perturbation, f"run {run.run_id[:8]} ({run.label} seed {run.seed})")
         k3 = exp.series(cfg.kl_metric, run.run_id).sort_index()
         row = {"run_id": run.run_id, "label": run.label, "seed": run.seed, "arm": arm.name, "kind": arm.kind,
-               "level": arm.level, "collapsed": bool(m.at[run.run_id, "collapsed"]),
+               "level": arm.level, "held": arm.held, "held_level": _mean(exp.series(M.PERTURB_LEVEL, run.run_id)),
+               "collapsed": bool(m.at[run.run_id, "collapsed"]),
                "collapse_time": float(m.at[run.run_id, "collapse_time"]), "final": float(m.at[run.run_id, "final"]),
                "r0": float(m.at[run.run_id, "r0"]),
                "k3": _mean(k3), "k3_first": _mean(k3.iloc[:edge]), "k3_last": _mean(k3.iloc[-edge:])}
@@ -170,18 +179,22 @@ MISMATCH_COLS = ("k3", "k3_first", "k3_last", "bias_sq", "var_rollout", "bias_sh
 
 def arm_frame(runs: pd.DataFrame, cfg: AnalysisConfig) -> pd.DataFrame:
     """One row per arm in dose order: the numbers behind ``dose.csv`` (intervals as point, _lo, _hi)."""
-    by_name = {r.arm: (r.kind, r.level, r.arm) for r in runs.itertuples()}  # keyed by name: the control's level is NaN
-    arms = sorted(by_name.values(), key=lambda a: Arm(a[0], a[1]).order)
+    by_name = {r.arm: Arm(r.kind, r.level, bool(r.held)) for r in runs.itertuples()}  # the control's level is NaN
+    arms = sorted(by_name.values(), key=lambda a: a.order)
     rows = []
-    for kind, level, name in arms:
+    for arm in arms:
+        kind, level, name = arm.kind, arm.level, arm.name
         g = runs[runs["arm"] == name]
         n, c = len(g), int(g["collapsed"].sum())
         seed = cfg.seed  # intervals are keyed by their data (stats.data_rng)
-        row = {"arm": name, "kind": kind, "level": level, "runs": n, "collapsed": c,
+        row = {"arm": name, "kind": kind, "level": level, "held": arm.held, "runs": n, "collapsed": c,
                **_interval_cols("collapse_rate", wilson(c, n, cfg.ci)),
                "onset_km_median": km_median(g["collapse_time"].to_numpy(float), g["collapsed"].to_numpy(bool)),
                **_interval_cols("final_iqm", iqm_ci(g["final"].to_numpy(float), cfg.bootstrap_reps, cfg.ci, seed)),
                **_interval_cols("r0_iqm", iqm_ci(g["r0"].to_numpy(float), cfg.bootstrap_reps, cfg.ci, seed))}
+        if arm.held:
+            row.update(_interval_cols("held_level_iqm", iqm_ci(g["held_level"].to_numpy(float), cfg.bootstrap_reps,
+                                                               cfg.ci, seed)))
         for col in MISMATCH_COLS:
             row[f"{col}_runs"] = int(np.isfinite(g[col].to_numpy(float)).sum())
             row.update(_interval_cols(f"{col}_iqm", iqm_ci(g[col].to_numpy(float), cfg.bootstrap_reps, cfg.ci, seed)))
@@ -195,10 +208,11 @@ def _iv(row, prefix: str) -> Interval:
 
 def dose_table(arms: pd.DataFrame, cfg: AnalysisConfig, edge: int = EDGE) -> Table:
     """``dose``: one row per arm (module docstring)."""
-    rows = []
+    rows, held = [], bool(arms["held"].any())
     for r in arms.to_dict("records"):
         rows.append({
             "arm": r["arm"], "runs": r["runs"], "collapsed": f"{r['collapsed']}/{r['runs']}",
+            **({"level held (IQM)": _sci(_iv(r, "held_level_iqm")) if r["held"] else "-"} if held else {}),
             "collapse rate": _iv(r, "collapse_rate").fmt(2),
             "onset (KM median)": fmt_step(r["onset_km_median"]) if r["collapsed"] else "-",
             "R0 (IQM)": _iv(r, "r0_iqm").fmt(),
@@ -216,6 +230,10 @@ def dose_table(arms: pd.DataFrame, cfg: AnalysisConfig, edge: int = EDGE) -> Tab
                    f"{M.MISMATCH_BIAS_SQ} and {M.NOISE_VAR_ROLLOUT}, and bias share = bias_sq / (bias_sq + var_rollout) "
                    f"of those means; per arm: IQM over runs [{cfg.ci:.0%} bootstrap CI]; collapse rate: Wilson "
                    f"{cfg.ci:.0%} interval; bias arms sort by delta descending (smaller delta = larger dose).")
+    if held:
+        t.notes.append(f"kind@k3=K: KL-held arm, its perturbation rescaled every step to hold {M.MISMATCH_REC_K3} at K "
+                       f"(inference.kl_target); level held: IQM over runs of each run's mean {M.PERTURB_LEVEL} (sigma, or "
+                       "the bias delta) [bootstrap CI].")
     t.notes += missing_notes(arms)
     return t
 
@@ -328,7 +346,7 @@ def build_dose(experiment: str, tracking_uri: str | None = None, out_dir: str | 
     cfg = cfg or AnalysisConfig()
     if edge < 1:
         raise AnalysisError(f"--edge must be >= 1, got {edge}")
-    metrics = (cfg.reward_metric, cfg.loss_metric, cfg.kl_metric, *TERMS.values())
+    metrics = (cfg.reward_metric, cfg.loss_metric, cfg.kl_metric, *TERMS.values(), M.PERTURB_LEVEL)
     exp = load_experiment(experiment, tracking_uri, metrics=metrics, filter_string=filter_string,
                           include_unfinished=include_unfinished)
     if exp.runs.empty:

@@ -243,3 +243,46 @@ def test_figure_leaves_out_what_a_log_axis_cannot_show(result, tmp_path):
     assert [p.name for p in paths] == ["dose.png", "dose.pdf"] and all(p.stat().st_size for p in paths)
     assert any("none: left out of the left panel" in n for n in notes)
     assert any("for none: not in the right panel" in n for n in notes)
+
+
+# ---- KL-held arms (inference.kl_target: tag kind@k3=K) -----------------------------------------------------------
+
+def test_parse_held_arms_sort_by_target_after_the_fixed_arms_of_their_kind():
+    assert parse_perturbation("router@k3=0.003") == Arm("router", 0.003, held=True)
+    assert parse_perturbation("bias@k3=0.01").name == "bias@k3=0.01"
+    assert parse_perturbation("bias@k3=0.01").dose == 0.01  # a held bias's dose is its target, not 1 - delta
+    order = sorted([Arm("bias", 0.01, True), Arm("bias", 0.001, True), Arm("router", 1.0), Arm("router", 0.003, True),
+                    Arm("none", math.nan)], key=lambda a: a.order)
+    assert [a.name for a in order] == ["none", "router=1", "router@k3=0.003", "bias@k3=0.001", "bias@k3=0.01"]
+    with pytest.raises(AnalysisError, match="is not one of"):
+        parse_perturbation("router@kl=0.1")
+
+
+def test_held_arms_report_the_level_they_ran_at_and_match_across_kinds_at_equal_target(empty_db, tmp_path):
+    """Two kinds held at the same k3 (levels 0.2-0.5 logged per step): the level column is the IQM of the per-run
+    means, and the two arms are matched at equal KL."""
+    shutil.copy(empty_db, tmp_path / "m.db")
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    runs = []
+    for s in SEEDS:
+        for arm, level in (("router@k3=0.003", 0.2 + 0.01 * s), ("bias@k3=0.003", 0.5 + 0.01 * s)):
+            lv = np.full(T, level)
+            lv[:10] = level * 3  # a transient: the run's mean is (10 * 3 + 110) / 120 = 7/6 of the level
+            runs.append(SyntheticRun("recompute", s, curve(T, r0=0.2, ramp=30, noise=1e-3, seed=700 + s),
+                                     k3=np.full(T, 3e-3 * (1 + 0.01 * s)), extra_tags={"perturbation": arm},
+                                     extra_metrics={M.PERTURB_LEVEL: lv}))
+    log_runs(uri, "held", runs)
+    res = build_dose("held", uri, tmp_path / "out", AnalysisConfig(bootstrap_reps=500, curve_reps=50), echo=None)
+    data = res.tables["dose"].data
+    assert list(data["arm"]) == ["router@k3=0.003", "bias@k3=0.003"]
+    r = data[data["arm"] == "router@k3=0.003"].iloc[0]
+    means = [(0.2 + 0.01 * s) * 7 / 6 for s in SEEDS]
+    assert r["held_level_iqm"] == pytest.approx(np.mean(sorted(means)[1:3]))  # IQM of 4 = mean of the middle 2
+    assert r["held_level_iqm_lo"] <= r["held_level_iqm"] <= r["held_level_iqm_hi"]
+    assert "level held (IQM)" in res.tables["dose"].frame.columns
+    pairs = res.tables["dose_equal_kl"].data
+    assert list(zip(pairs["arm_a"], pairs["arm_b"])) == [("router@k3=0.003", "bias@k3=0.003")]
+
+
+def test_a_table_without_held_arms_has_no_level_column(result):
+    assert "level held (IQM)" not in result.tables["dose"].frame.columns
