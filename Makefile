@@ -36,7 +36,7 @@ results: install
 	$(PY) -m harness.sweep sweeps/n_calibrated.yaml launcher=local --wait
 	$(PY) -m harness.sweep sweeps/sampler.yaml launcher=local --wait
 	$(PY) -m harness.sweep sweeps/dose.yaml launcher=local --wait
-	$(PY) -m harness.sweep sweeps/dose_held.yaml launcher=local --wait
+	$(PY) -m harness.sweep sweeps/kl_held.yaml launcher=local --wait
 	$(PY) -m harness.sweep sweeps/ablation.yaml launcher=local --wait
 	$(PY) -m harness.sweep sweeps/n_sweep.yaml launcher=local --wait
 	$(PY) -m analysis report --experiment noise_probe --out docs/results/noise_probe
@@ -44,7 +44,7 @@ results: install
 	$(PY) -m analysis report --experiment sampler --group-by inference.logprobs_mode --out docs/results/sampler
 	$(PY) -m analysis report --experiment dose --group-by perturbation --out docs/results/dose
 	$(PY) -m analysis dose --experiment dose --out docs/results/dose
-	$(PY) -m analysis dose --experiment dose_held --out docs/results/dose_held
+	$(PY) -m analysis dose --experiment kl_held --out docs/results/kl_held
 	$(PY) scripts/equal_kl.py --sigmas 0.05,0.1,0.2 --deltas 0.9,0.8,0.7 > docs/results/dose/equal_kl.txt
 	for s in 0.1 0.3 1.0; do $(PY) scripts/equal_kl.py --sigmas "" --deltas "" inference.router_noise_sigma=$$s; done >> docs/results/dose/equal_kl.txt
 	$(PY) -m analysis report --experiment ablation --x n --out docs/results/ablation_v2

@@ -36,11 +36,16 @@ LOCAL_NUMERICS = 2
 #: was at T = 1 whatever the sampler's T): a local spec at T != 1 computes something new, so its signature carries
 #: this marker; at T = 1 nothing changed (no division) and the signature stays. verl's actor always applied T.
 LOCAL_TRAIN_TEMPERATURE = "sampler"
+#: the KL-held controller's rule (harness/backends/local/kl_control.py), signed by every local spec with
+#: ``inference.kl_target`` > 0: 2 = the stochastic-approximation rule whose fixed point is E[k3] = K*. Version 1 (commit
+#: 2b2a5d3, unsigned) held the geometric mean of k3 at K*; its runs are never found as finished by, nor pooled with,
+#: runs of this rule
+KL_CONTROL = 2
 #: keys added after runs were stored, with their defaults: a key enters the signature only when set to another
 #: value, so every spec that leaves it alone keeps the signature it was stored under
 LATE_DEFAULTS: dict[str, dict[str, Any]] = {
     "inference": {"prefix_cache_capacity": 1.0, "replay_on_miss": "recompute", "top_p": 1.0, "kl_target": 0.0,
-                  "kl_gain": 0.25},
+                  "kl_gain": 0.1},
     "trainer": {"overlap": False},
 }
 
@@ -117,7 +122,7 @@ class InferenceConfig:
     # KL-held perturbation (harness/backends/local/kl_control.py): > 0 scales the one perturbation that is on, per
     # seed and step, so that the batch's train-inference k3 (mismatch/rec_k3) is held at this target along training
     kl_target: float = 0.0
-    kl_gain: float = 0.25  # the controller's step in log scale per unit of log k3 error
+    kl_gain: float = 0.1  # the controller's step: log c += kl_gain (1 - k3 / kl_target)
     # multi-turn rollouts (harness/backends/local/prefix_cache.py); in the signature only when not the default
     prefix_cache_capacity: float = 1.0  # share of a batch's context tokens the prefix cache holds between turns
     replay_on_miss: str = "recompute"  # an evicted context's routing: recompute (the refill's) | missing (-1)
@@ -220,6 +225,8 @@ def signature(spec: dict[str, Any], length: int = 10) -> str:
         ident["local_numerics"] = LOCAL_NUMERICS
         if (ident.get("inference") or {}).get("temperature", 1.0) != 1.0:
             ident["train_temperature"] = LOCAL_TRAIN_TEMPERATURE
+        if (ident.get("inference") or {}).get("kl_target", 0.0) > 0:
+            ident["kl_control"] = KL_CONTROL
     elif isinstance(ident.get("verl"), dict):  # a verl key added later enters only when set
         ident["verl"] = {k: v for k, v in ident["verl"].items() if v is not None or k not in VERL_LATER_KEYS}
     for section, defaults in LATE_DEFAULTS.items():

@@ -14,14 +14,19 @@ inference passes of that step):
 and after the step, with ``K_t`` = the step's ``mismatch/rec_k3`` (the token-mean k3 of the training engine's
 log-probs against the rollout's, an estimate of KL(p_inf || p_train)):
 
-    log c_{t+1} = clip(log c_t + g (log K* - log max(K_t, 1e-12)), log C_MIN, log C_MAX),    c_0 = 1
+    log c_{t+1} = clip(log c_t + g (1 - K_t / K*), log C_MIN, log C_MAX),    c_0 = 1
 
-``g`` = ``inference.kl_gain``. For small perturbations k3 grows as c^a with a in [1, 2] (a = 2 for logit noise
-and bias; router noise flips routes, nearer a = 1), so the log error contracts by (1 - a g) per step: g = 0.25
-halves it each step at a = 2 and never overshoots for a <= 4. The update is causal (step t's scale depends on
-steps < t only) and deterministic given the run's seed, so a held run is reproducible, bitwise the same alone or in
-a pack (each seed its own scale), and resumes exactly (the scale is checkpointed with the seed's state). Logged
-per step: ``perturb/scale`` (c_t) and ``perturb/level`` (sigma_t or delta_t), the values that step ran at.
+``g`` = ``inference.kl_gain`` (0.1). It is a stochastic-approximation (Robbins-Monro) step whose fixed point is
+E[K_t] = K*: the *arithmetic* mean of the per-step k3, the quantity ``python -m analysis dose`` reports and matches
+arms on. (Version 1 of the rule, ``log c += g (log K* - log K_t)``, held the geometric mean instead; under router
+noise the per-step k3 is heavy-tailed, its log spread ~1-1.5 late in a run, and the arithmetic mean came out
+1.3-2x the target: ``harness.config.KL_CONTROL`` signs the rule.) Near the fixed point the log scale's error
+contracts by (1 - a g) per step, k3 ~ c^a with a in [1, 2] (logit noise and bias a ~ 2; router noise, which flips
+routes, nearer 1); a step below the target raises log c by at most g (c by at most 1.105x at g = 0.1), a step k times above it lowers
+log c by g (k - 1). The update is causal (step t's scale depends on steps < t only) and deterministic given the
+run's seed, so a held run is reproducible, bitwise the same alone or in a pack (each seed its own scale), and
+resumes exactly (the scale is checkpointed with the seed's state). Logged per step: ``perturb/scale`` (c_t) and
+``perturb/level`` (sigma_t or delta_t), the values that step ran at.
 """
 from __future__ import annotations
 
@@ -34,7 +39,6 @@ from harness import metrics as M
 from harness.config import InferenceConfig
 
 C_MIN, C_MAX = 1e-3, 1e3  # the scale stays within 1e-3..1e3 of the configured level
-K_FLOOR = 1e-12
 
 
 def held_knob(cfg: InferenceConfig) -> tuple[str, float]:
@@ -68,10 +72,9 @@ class KLController:
         return {M.PERTURB_SCALE: self.log_c.exp(), M.PERTURB_LEVEL: self.level()}
 
     def update(self, k3: Tensor) -> None:
-        """After a step: move each seed's log scale by g times its log KL error (a non-finite k3 leaves it)."""
+        """After a step: log c += g (1 - k3 / K*) per seed (a non-finite k3 leaves its seed's scale)."""
         k = k3.detach().double().cpu()
-        err = math.log(self.target) - k.clamp(min=K_FLOOR).log()
-        step = torch.where(torch.isfinite(k), self.gain * err, 0.0)
+        step = torch.where(torch.isfinite(k), self.gain * (1.0 - k.clamp(min=0.0) / self.target), 0.0)
         self.log_c = (self.log_c + step).clamp(math.log(C_MIN), math.log(C_MAX))
 
     def state(self, s: int) -> dict:

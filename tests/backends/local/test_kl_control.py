@@ -23,21 +23,38 @@ def _strip(d):
     return {k: v for k, v in d.items() if not k.startswith(TIMES)}
 
 
-def test_the_update_moves_the_log_scale_by_gain_times_the_log_error():
+def test_the_update_is_a_robbins_monro_step_on_the_mean_k3():
     cfg = load(["inference.router_noise_sigma=0.3", "inference.kl_target=0.004", "inference.kl_gain=0.5"]).inference
     kl = KLController(cfg, 3)
     assert kl.kind == "router" and torch.equal(kl.scale, torch.ones(3))
-    kl.update(torch.tensor([0.001, 0.004, float("nan")]))
-    assert kl.log_c.tolist() == pytest.approx([0.5 * math.log(4), 0.0, 0.0], abs=1e-6)  # too small -> up; on target; NaN: kept
-    assert kl.level().tolist() == pytest.approx([0.3 * 2.0, 0.3, 0.3], rel=1e-6)  # sigma_t = sigma_0 c_t, c = sqrt(4)
-    kl.update(torch.tensor([0.0, 0.0, 0.0]))  # k3 = 0 (no mismatch at all): floored, the scale hits its cap
-    for _ in range(10):
-        kl.update(torch.tensor([0.0, 0.0, 0.0]))
+    kl.update(torch.tensor([0.001, 0.004, float("nan")], dtype=torch.float64))
+    assert kl.log_c.tolist() == pytest.approx([0.5 * (1 - 0.25), 0.0, 0.0])  # below -> up; on target; NaN: kept
+    assert kl.level().tolist() == pytest.approx([0.3 * math.exp(0.375), 0.3, 0.3])  # sigma_t = sigma_0 c_t
+    kl.update(torch.tensor([0.02, 0.0, 0.0], dtype=torch.float64))  # 5x above: log c -= g (5 - 1); k3 = 0: += g
+    assert kl.log_c.tolist() == pytest.approx([0.375 - 2.0, 0.5, 0.5])
+    for _ in range(20):  # no mismatch at all: the scale climbs to its cap and stays there
+        kl.update(torch.tensor([0.0, 0.0, 0.0], dtype=torch.float64))
     assert kl.log_c.max().item() == pytest.approx(math.log(C_MAX))
     state = kl.state(1)
     other = KLController(cfg, 2)
     other.load_state(0, state)
     assert other.log_c[0] == kl.log_c[1]
+
+
+def test_its_fixed_point_is_the_arithmetic_mean_of_a_heavy_tailed_k3():
+    """k3_t = K(c_t) e_t with lognormal e_t of log spread 1.2 (router noise late in a run) and K(c) = k c^1.5 drifting
+    5x over 300 steps: the mean k3 over steps 50-299 is within 10 % of the target (version 1's log rule: ~2x)."""
+    cfg = load(["inference.router_noise_sigma=0.3", "inference.kl_target=0.003"]).inference
+    gen = torch.Generator().manual_seed(0)
+    kl = KLController(cfg, 64)
+    ks = []
+    for t in range(300):
+        e = torch.exp(1.2 * torch.randn(64, generator=gen, dtype=torch.float64))
+        k3 = 0.01 * 5 ** (t / 300) * kl.log_c.exp() ** 1.5 * e
+        ks.append(k3)
+        kl.update(k3)
+    mean = torch.stack(ks)[50:].mean().item()
+    assert 0.003 * 0.9 < mean < 0.003 * 1.1, mean
 
 
 def test_a_held_bias_scales_log_delta():
@@ -70,20 +87,20 @@ def test_the_engine_at_scale_2_is_the_perturbation_configured_at_that_size(base,
     assert not torch.allclose(plain, want, atol=1e-5)  # the scale did something
 
 
-@pytest.mark.parametrize("spec", [["inference.router_noise_sigma=0.05"],
-                                  ["inference.router_noise_sigma=0", "inference.bias_delta=0.95"]])
+@pytest.mark.parametrize("spec", [["inference.router_noise_sigma=0.1"],
+                                  ["inference.router_noise_sigma=0", "inference.bias_delta=0.9"]])
 def test_a_held_run_brings_its_k3_to_the_target_and_keeps_it(spec):
-    """Started far below the target (k3 ~10x under it), the run's k3 over steps 15-29 has a geometric mean within
-    1.6x of the target, and the level it runs at has moved up."""
+    """Started below the target (k3 ~3x under it), the run's mean k3 over steps 20-39 is within 1.5x of the target,
+    and the level it runs at has moved up."""
     target = 3e-3
     cfg = load([*SMALL, "estimator=recompute", *spec, f"inference.kl_target={target}"])
     trainer = LocalTrainer(cfg, torch.device("cpu"))
-    steps = [trainer.run_step() for _ in range(30)]
+    steps = [trainer.run_step() for _ in range(40)]
     k3 = torch.tensor([s[M.MISMATCH_REC_K3] for s in steps])
-    assert k3[0] < target / 3  # it starts far from the target
-    late = k3[15:].log().mean().exp().item()
-    assert target / 1.6 < late < target * 1.6, k3.tolist()
-    assert steps[-1][M.PERTURB_SCALE] > 1.5 and steps[0][M.PERTURB_SCALE] == 1.0
+    assert k3[:3].mean() < target / 2  # it starts below the target
+    late = k3[20:].mean().item()
+    assert target / 1.5 < late < target * 1.5, k3.tolist()
+    assert steps[-1][M.PERTURB_SCALE] > 1.3 and steps[0][M.PERTURB_SCALE] == 1.0
 
 
 def test_a_held_seed_trains_identically_alone_in_a_pack_and_after_a_resume():
@@ -123,6 +140,17 @@ def test_bad_held_specs_are_refused_naming_the_key(overrides, text):
 def test_the_tag_names_the_target_and_the_default_spec_is_unchanged():
     assert perturbation(load(["inference.router_noise_sigma=0.3", "inference.kl_target=0.003"])) == "router@k3=0.003"
     assert perturbation(load(["inference.router_noise_sigma=0.3"])) == "router=0.3"
-    plain, off = load([]), load(["inference.kl_target=0", "inference.kl_gain=0.25"])
+    plain, off = load([]), load(["inference.kl_target=0", "inference.kl_gain=0.1"])
     assert plain.signature == off.signature  # a late key at its default stays out of the signature
     assert load(["inference.kl_target=0.003"]).signature != plain.signature
+
+
+def test_the_controller_rule_is_part_of_a_held_spec_identity(monkeypatch):
+    """A held run of controller rule 1 (the log rule of 2b2a5d3) is never found as finished for rule 2; an unheld
+    spec does not sign the rule."""
+    import harness.config as config
+
+    held, plain = load(["inference.kl_target=0.003"]), load([])
+    sig, plain_sig = held.signature, plain.signature
+    monkeypatch.setattr(config, "KL_CONTROL", 1)
+    assert held.signature != sig and plain.signature == plain_sig
