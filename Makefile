@@ -44,6 +44,7 @@ results: install
 	$(PY) -m analysis report --experiment sampler --group-by inference.logprobs_mode --out docs/results/sampler
 	$(PY) -m analysis report --experiment dose --group-by perturbation --out docs/results/dose
 	$(PY) -m analysis dose --experiment dose --out docs/results/dose
+	$(PY) -m analysis report --experiment kl_held --group-by perturbation --out docs/results/kl_held
 	$(PY) -m analysis dose --experiment kl_held --out docs/results/kl_held
 	$(PY) scripts/equal_kl.py --sigmas 0.05,0.1,0.2 --deltas 0.9,0.8,0.7 > docs/results/dose/equal_kl.txt
 	for s in 0.1 0.3 1.0; do $(PY) scripts/equal_kl.py --sigmas "" --deltas "" inference.router_noise_sigma=$$s; done >> docs/results/dose/equal_kl.txt

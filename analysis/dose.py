@@ -8,7 +8,9 @@ train-inference KL measured along training, not only at the warm start (issue 15
 (``inference.kl_target``: its perturbation rescaled every step to hold the train-inference k3 at a target,
 ``harness/backends/local/kl_control.py``) is tagged ``kind@k3=target``: its arm is (kind, target), held, its dose
 the target, and the table adds the perturbation level it ran at (``perturb/level``: the IQM over runs of each
-run's mean over its steps). A tag naming several
+run's mean over its steps) and how many of its runs held the target: mean k3 over the last E steps within
+``HELD_WITHIN`` = 1.5x of it (a run that did not, its perturbation at its bound or its window moved by a few
+large per-step k3, is counted, not hidden). A tag naming several
 perturbations at once (``router=1,bias=0.5``), an unknown kind, a level that is no number, or a run
 without the tag is refused (:class:`analysis.load.AnalysisError`, exit 2): such a run has no place on
 one dose axis. Arms sort by kind (none, router, logit, bias), then by dose: sigma ascending for the two
@@ -42,8 +44,9 @@ and a note when none did).
 
 **Equal KL** (:func:`equal_kl_table`): for every pair of kinds (A, B) in kind order, every arm a of A
 and b of B whose along-training KL intervals overlap, ``lo_a <= hi_b`` and ``lo_b <= hi_a`` (the 95 %
-bootstrap CIs of the IQM of the per-run ``k3``), is a matched pair; arms without an interval (fewer than
-2 runs with the metric) are never matched. For each matched pair: the KL ratio ``k3_a / k3_b`` of the
+bootstrap CIs of the IQM of the per-run ``k3``), or whose IQMs differ by at most ``KL_TOLERANCE`` = 1.1x
+(KL-held arms' intervals are ~1 % wide and miss each other at a ratio of 1.0), is a matched pair; arms without
+an interval (fewer than 2 runs with the metric) are never matched. For each matched pair: the KL ratio ``k3_a / k3_b`` of the
 IQMs and the difference in collapse rate ``p_a - p_b`` with Newcombe's hybrid score interval
 (:func:`analysis.stats.newcombe_diff`). A pair of kinds with no matched arms gets one row saying so, naming
 the nearest pair (k3 IQMs closest in log) and its KL ratio, which is not a match.
@@ -74,6 +77,8 @@ from .tables import Table, _interval_cols, fmt_step
 
 KINDS = ("none", "router", "logit", "bias")  # table and pair order
 EDGE = 50  # steps at each end of a run for "k3 first" / "k3 last"
+KL_TOLERANCE = 1.1  # two arms whose k3 IQMs differ by at most this factor are at equal KL (besides overlapping CIs)
+HELD_WITHIN = 1.5  # a held run holds its target when its mean k3 over the last EDGE steps is within this factor
 TERMS = {"bias_sq": M.MISMATCH_BIAS_SQ, "var_rollout": M.NOISE_VAR_ROLLOUT}
 
 
@@ -146,6 +151,8 @@ def run_frame(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig, edge
                "k3": _mean(k3), "k3_first": _mean(k3.iloc[:edge]), "k3_last": _mean(k3.iloc[-edge:])}
         for col, metric in TERMS.items():
             row[col] = _mean(exp.series(metric, run.run_id))
+        row["held_ok"] = (bool(arm.level / HELD_WITHIN <= row["k3_last"] <= arm.level * HELD_WITHIN)
+                          if arm.held else math.nan)
         total = row["bias_sq"] + row["var_rollout"]
         row["bias_share"] = row["bias_sq"] / total if total > 0 else math.nan
         rows.append(row)
@@ -193,6 +200,7 @@ def arm_frame(runs: pd.DataFrame, cfg: AnalysisConfig) -> pd.DataFrame:
                **_interval_cols("final_iqm", iqm_ci(g["final"].to_numpy(float), cfg.bootstrap_reps, cfg.ci, seed)),
                **_interval_cols("r0_iqm", iqm_ci(g["r0"].to_numpy(float), cfg.bootstrap_reps, cfg.ci, seed))}
         if arm.held:
+            row["held_ok"] = int(g["held_ok"].sum())
             row.update(_interval_cols("held_level_iqm", iqm_ci(g["held_level"].to_numpy(float), cfg.bootstrap_reps,
                                                                cfg.ci, seed)))
         for col in MISMATCH_COLS:
@@ -212,7 +220,8 @@ def dose_table(arms: pd.DataFrame, cfg: AnalysisConfig, edge: int = EDGE) -> Tab
     for r in arms.to_dict("records"):
         rows.append({
             "arm": r["arm"], "runs": r["runs"], "collapsed": f"{r['collapsed']}/{r['runs']}",
-            **({"level held (IQM)": _sci(_iv(r, "held_level_iqm")) if r["held"] else "-"} if held else {}),
+            **({"level held (IQM)": _sci(_iv(r, "held_level_iqm")) if r["held"] else "-",
+                f"held (last {edge})": f"{int(r['held_ok'])}/{r['runs']}" if r["held"] else "-"} if held else {}),
             "collapse rate": _iv(r, "collapse_rate").fmt(2),
             "onset (KM median)": fmt_step(r["onset_km_median"]) if r["collapsed"] else "-",
             "R0 (IQM)": _iv(r, "r0_iqm").fmt(),
@@ -233,7 +242,9 @@ def dose_table(arms: pd.DataFrame, cfg: AnalysisConfig, edge: int = EDGE) -> Tab
     if held:
         t.notes.append(f"kind@k3=K: KL-held arm, its perturbation rescaled every step to hold {M.MISMATCH_REC_K3} at K "
                        f"(inference.kl_target); level held: IQM over runs of each run's mean {M.PERTURB_LEVEL} (sigma, or "
-                       "the bias delta) [bootstrap CI].")
+                       f"the bias delta) [bootstrap CI]; held: runs whose mean k3 over the last {edge} steps is within "
+                       f"{HELD_WITHIN:g}x of K (the others did not hold it there: a perturbation at its bound, or a few large "
+                       "per-step k3 in that window).")
     t.notes += missing_notes(arms)
     return t
 
@@ -262,9 +273,14 @@ def matched_pairs(arms: pd.DataFrame) -> list[tuple[tuple[str, str], list[tuple[
     out = []
     for ka, kb in itertools.combinations(kinds, 2):
         pairs = [(a, b) for a in recs if a["kind"] == ka for b in recs if b["kind"] == kb
-                 if has_ci(a) and has_ci(b) and a["k3_iqm_lo"] <= b["k3_iqm_hi"] and b["k3_iqm_lo"] <= a["k3_iqm_hi"]]
+                 if has_ci(a) and has_ci(b) and (a["k3_iqm_lo"] <= b["k3_iqm_hi"] and b["k3_iqm_lo"] <= a["k3_iqm_hi"]
+                                                 or _within(a["k3_iqm"], b["k3_iqm"], KL_TOLERANCE))]
         out.append(((ka, kb), pairs))
     return out
+
+
+def _within(a: float, b: float, factor: float) -> bool:
+    return a > 0 and b > 0 and max(a / b, b / a) <= factor
 
 
 def nearest_text(arms: pd.DataFrame, ka: str, kb: str) -> str:
@@ -314,7 +330,8 @@ def equal_kl_table(arms: pd.DataFrame, cfg: AnalysisConfig) -> Table:
               pd.DataFrame(rows, columns=list(EQUAL_KL_COLUMNS)), pd.DataFrame(data), cfg.describe(),
               short_footer=cfg.describe_short())
     t.notes.append(f"arms a, b of two kinds are matched when the {cfg.ci:.0%} bootstrap CIs of their IQM along-training "
-                   "k3 overlap (lo_a <= hi_b and lo_b <= hi_a); arms without a CI are never matched; rate A - B: "
+                   f"k3 overlap (lo_a <= hi_b and lo_b <= hi_a) or their IQMs differ by at most {KL_TOLERANCE:g}x (held "
+                   "arms' CIs are too narrow to overlap); arms without a CI are never matched; rate A - B: "
                    f"difference of collapse rates with Newcombe's hybrid score {cfg.ci:.0%} interval.")
     return t
 

@@ -233,7 +233,7 @@ def load_experiment(
 
     histories = _load_histories(client, list(runs["run_id"]), metrics, threads)
     for metric in metrics:
-        if metric in M.MULTI_TURN_ONLY:  # logged by multi-turn MoE runs only: absent elsewhere by design
+        if metric in M.MULTI_TURN_ONLY or metric in M.KL_HELD_ONLY:  # logged by some runs only, by design
             continue
         missing = [r for r in runs["run_id"] if not len(histories[metric].get(r, ()))]
         if len(runs) and missing:

@@ -48,6 +48,7 @@ TOKENS_PER_S = "tokens/per_s"
 # KL-held runs only (inference.kl_target > 0, harness/backends/local/kl_control.py)
 PERTURB_SCALE = "perturb/scale"
 PERTURB_LEVEL = "perturb/level"
+KL_HELD_ONLY = (PERTURB_SCALE, PERTURB_LEVEL)  # absent from other runs by design
 # noise-probe runs only (``python -m harness.probe``, tag ``probe=1``): one value each, at step 0
 PROBE_DIFF = "probe/diff"
 PROBE_VAR_ROLLOUT = "probe/var_rollout"
