@@ -154,3 +154,19 @@ def test_the_controller_rule_is_part_of_a_held_spec_identity(monkeypatch):
     sig, plain_sig = held.signature, plain.signature
     monkeypatch.setattr(config, "KL_CONTROL", 1)
     assert held.signature != sig and plain.signature == plain_sig
+
+
+def test_a_held_run_logs_its_scale_and_level_to_mlflow_under_its_tag(tiny_overrides):
+    from mlflow.tracking import MlflowClient
+
+    from harness.run import execute
+
+    cfg = load(tiny_overrides("inference.router_noise_sigma=0.3", "inference.kl_target=0.003", steps=3))
+    summary = execute(cfg, progress=False)
+    client = MlflowClient(cfg.tracking_uri)
+    run = client.get_run(summary.run_id)
+    assert run.data.tags["perturbation"] == "router@k3=0.003"
+    scale = [m.value for m in sorted(client.get_metric_history(summary.run_id, M.PERTURB_SCALE), key=lambda m: m.step)]
+    level = [m.value for m in sorted(client.get_metric_history(summary.run_id, M.PERTURB_LEVEL), key=lambda m: m.step)]
+    assert len(scale) == 3 and scale[0] == 1.0 and scale[1] != 1.0
+    assert level == pytest.approx([0.3 * c for c in scale])
