@@ -128,6 +128,15 @@ class InferenceConfig:
     replay_on_miss: str = "recompute"  # an evicted context's routing: recompute (the refill's) | missing (-1)
 
 
+#: the explicit inference perturbations: (kind, InferenceConfig key, its "off" value)
+PERTURBATIONS = (("router", "router_noise_sigma", 0.0), ("logit", "logit_noise_sigma", 0.0), ("bias", "bias_delta", 1.0))
+
+
+def perturbations_on(icfg: InferenceConfig) -> list[tuple[str, str, float]]:
+    """(kind, key, value) of every explicit perturbation ``icfg`` switches on, in ``PERTURBATIONS`` order."""
+    return [(kind, key, getattr(icfg, key)) for kind, key, off in PERTURBATIONS if getattr(icfg, key) != off]
+
+
 @dataclass
 class TrainerConfig:
     steps: int = 200
@@ -232,6 +241,9 @@ def signature(spec: dict[str, Any], length: int = 10) -> str:
     for section, defaults in LATE_DEFAULTS.items():
         if isinstance(ident.get(section), dict):
             ident[section] = {k: v for k, v in ident[section].items() if k not in defaults or v != defaults[k]}
+    inf = ident.get("inference")
+    if isinstance(inf, dict) and not inf.get("kl_target", 0.0) > 0:  # the controller's gain is read by held runs only
+        inf.pop("kl_gain", None)
     if isinstance(ident.get("trainer"), dict):  # where a run can resume, not what it computes
         ident["trainer"] = {k: v for k, v in ident["trainer"].items() if k != "checkpoint_every"}
     blob = json.dumps(ident, sort_keys=True, separators=(",", ":"), default=str)
@@ -385,12 +397,11 @@ def validate(cfg: RunConfig) -> RunConfig:
              f"got {i.prefix_cache_capacity}")
     _one_of(i.replay_on_miss, ("recompute", "missing"), "inference.replay_on_miss")
     _require(i.kl_target >= 0, "inference.kl_target", f"must be >= 0 (0 = off), got {i.kl_target}")
-    if i.kl_target > 0:
-        on = [k for k, off in (("router_noise_sigma", 0.0), ("logit_noise_sigma", 0.0), ("bias_delta", 1.0))
-              if getattr(i, k) != off]
+    if i.kl_target > 0:  # the perturbation the engine runs: an estimator may switch knobs off (deterministic)
+        on = [key for _, key, _ in perturbations_on(estimators.build(e).inference(i))]
         _require(len(on) == 1, "inference.kl_target", "holds the KL by scaling the one perturbation that is on "
                  "(router_noise_sigma, logit_noise_sigma or bias_delta, its value the starting level); "
-                 f"{'none is' if not on else ', '.join(on) + ' are'} on")
+                 f"{'none is' if not on else ', '.join(on) + ' are'} on in the inference engine of estimator {e.name}")
         _require(0 < i.kl_gain <= 1, "inference.kl_gain", f"must be in (0, 1], got {i.kl_gain}")
         _require(not cfg.trainer.overlap, "inference.kl_target", "needs trainer.overlap=false: with overlap, step "
                  "t+1's rollout starts before step t's KL is measured")

@@ -26,9 +26,10 @@ def perturbation(cfg: "RunConfig") -> str:
     """The explicit inference perturbations that are on, e.g. ``router=1,bias=0.5`` (or ``none``); a KL-held run
     (``inference.kl_target`` > 0: its one perturbation scaled to hold the KL) is ``kind@k3=target``, e.g.
     ``router@k3=0.003``: its arm is the target, not the starting level."""
+    from harness.config import perturbations_on
+
     i = cfg.inference
-    on = [(k, v) for k, v, off in (("router", i.router_noise_sigma, 0.0), ("logit", i.logit_noise_sigma, 0.0),
-                                  ("bias", i.bias_delta, 1.0)) if v != off]
+    on = [(kind, value) for kind, _, value in perturbations_on(i)]
     if i.kl_target > 0 and len(on) == 1:
         return f"{on[0][0]}@k3={i.kl_target:g}"
     return ",".join(f"{k}={v:g}" for k, v in on) or "none"

@@ -36,18 +36,18 @@ import torch
 from torch import Tensor
 
 from harness import metrics as M
-from harness.config import InferenceConfig
+from harness.config import InferenceConfig, perturbations_on
 
 C_MIN, C_MAX = 1e-3, 1e3  # the scale stays within 1e-3..1e3 of the configured level
 
 
 def held_knob(cfg: InferenceConfig) -> tuple[str, float]:
     """The perturbation the controller scales: (``router``/``logit``/``bias``, its configured level)."""
-    for kind, value, off in (("router", cfg.router_noise_sigma, 0.0), ("logit", cfg.logit_noise_sigma, 0.0),
-                             ("bias", cfg.bias_delta, 1.0)):
-        if value != off:
-            return kind, value
-    raise ValueError("inference.kl_target needs one perturbation on (config.validate refuses this spec)")
+    on = perturbations_on(cfg)
+    if len(on) != 1:
+        raise ValueError("inference.kl_target needs exactly one perturbation on (config.validate refuses this spec)")
+    kind, _, value = on[0]
+    return kind, value
 
 
 class KLController:

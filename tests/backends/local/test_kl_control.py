@@ -129,6 +129,8 @@ def test_a_held_seed_trains_identically_alone_in_a_pack_and_after_a_resume():
     (["inference.kl_target=0.003", "inference.kl_gain=0"], "inference.kl_gain"),
     (["inference.kl_target=-1"], "must be >= 0"),
     (["inference.kl_target=0.003", "trainer.overlap=true"], "trainer.overlap=false"),
+    (["estimator=deterministic", "inference.kl_target=0.003"], "none is on in the inference engine of estimator "
+                                                                "deterministic"),  # it removes the router noise
     (["backend=verl", "model=qwen3_30b_a3b", "trainer.lr=1e-6", "inference.router_noise_sigma=0",
       "inference.kl_target=0.003"], "inference.kl_target"),
 ])
@@ -143,6 +145,9 @@ def test_the_tag_names_the_target_and_the_default_spec_is_unchanged():
     plain, off = load([]), load(["inference.kl_target=0", "inference.kl_gain=0.1"])
     assert plain.signature == off.signature  # a late key at its default stays out of the signature
     assert load(["inference.kl_target=0.003"]).signature != plain.signature
+    assert load(["inference.kl_gain=0.5"]).signature == plain.signature  # the gain is read by held runs only
+    held = load(["inference.kl_target=0.003"]).signature
+    assert load(["inference.kl_target=0.003", "inference.kl_gain=0.5"]).signature != held
 
 
 def test_the_controller_rule_is_part_of_a_held_spec_identity(monkeypatch):
