@@ -278,8 +278,9 @@ def group_key(tags: Mapping[str, str], params: Mapping[str, str]) -> str:
 
 
 def _param_value(run, key: str) -> str:
-    """A ``--group-by`` key: the run tag of that name, else the logged param (``trainer.lr``)."""
-    return tag_text(run.data.tags.get(key)) or tag_text(run.data.params.get(key))
+    """A ``--group-by`` key: the run tag of that name (an explicit "none", a control arm, stays "none"), else
+    the logged param (``trainer.lr``)."""
+    return arm_text(run.data.tags.get(key)) or tag_text(run.data.params.get(key))
 
 
 def identity_labels(base: Mapping[str, str], params: Mapping[str, Mapping[str, str]]) -> dict[str, str]:

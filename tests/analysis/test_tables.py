@@ -63,6 +63,8 @@ def test_group_by_perturbation_splits_groups_and_pools_arms(store, fast_cfg):
     s = summary_table(exp, m, fast_cfg).data.set_index("group")
     assert len(s) == 4 and (s["runs"] == 3).all()
     assert sorted(s["perturbation"]) == ["bias=0.3", "bias=0.3", "none", "none"]
+    # the control arm is labelled by its tag, "none", not as a missing value ("na")
+    assert sorted(s.index) == ["recompute[bias=0.3]", "recompute[none]", "rollout[bias=0.3]", "rollout[none]"]
     by = marginal_table(exp, m, fast_cfg, "perturbation")
     d = by.data.set_index("perturbation")
     assert list(d.index) == ["none", "bias=0.3"] and (d["runs"] == 6).all() and (d["groups"] == 2).all()
