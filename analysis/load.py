@@ -11,9 +11,10 @@
   apart (:func:`identity_labels`); ``--group-by KEY`` (a tag or any param, e.g. ``trainer.lr``) adds
   KEY's value to every label and a pooled table.
 - **Left out by default** (listed in :attr:`Experiment.notes` and :attr:`Experiment.excluded`): runs
-  whose MLflow status is not FINISHED (RUNNING orphans of a killed job, KILLED, FAILED), and runs
+  whose MLflow status is not FINISHED (RUNNING orphans of a killed job, KILLED, FAILED), runs the tuner
+  pruned (FINISHED, tag ``status=pruned``: stopped early, their last reward is no final reward), and runs
   superseded by a later run of the same group and seed (a rerun); ``include_unfinished=True``
-  keeps the unfinished ones (the latest run per group and seed still wins).
+  keeps the unfinished and pruned ones (the latest run per group and seed still wins).
 - Skipped: runs tagged ``analysis_summary=1`` (what ``report`` logs) and runs without an
   ``estimator`` tag. Runs tagged ``probe=1`` go to :attr:`Experiment.probes` (their latest metric
   values and ``model_kind``), not to the training groups.
@@ -246,7 +247,7 @@ def load_experiment(
 
 
 RUN_COLUMNS = (
-    "run_id", "run_name", "status", "label", "estimator", "n", "clip_c", "level", "seed", "model", "model_kind",
+    "run_id", "run_name", "status", "stopped", "label", "estimator", "n", "clip_c", "level", "seed", "model", "model_kind",
     "task", "backend", "perturbation", "spec_sig", "group_key", "git_commit", "start_time",
 )
 
@@ -316,6 +317,9 @@ def select_runs(runs: pd.DataFrame, include_unfinished: bool = False) -> tuple[p
         bad = keep["status"] != "FINISHED"
         out += [{**r, "why": f"status {r['status']}"} for r in keep.loc[bad, cols].to_dict("records")]
         keep = keep[~bad]
+        pruned = keep["stopped"] == "pruned" if "stopped" in keep else pd.Series(False, index=keep.index)
+        out += [{**r, "why": "pruned by the tuner (a truncated run)"} for r in keep.loc[pruned, cols].to_dict("records")]
+        keep = keep[~pruned]
     latest = keep.sort_values("start_time", kind="stable").groupby(["group_key", "seed"], sort=False).tail(1).index
     sup = keep[~keep.index.isin(latest)]
     out += [{**r, "why": "superseded by a later run of the same spec and seed"} for r in sup[cols].to_dict("records")]
@@ -366,6 +370,7 @@ def _runs_frame(training: list, group_by: Sequence[str]) -> pd.DataFrame:
             "run_id": run.info.run_id,
             "run_name": run.info.run_name,
             "status": run.info.status,
+            "stopped": tag_text(tags.get("status")),  # the harness's own end: finished, diverged, pruned
             "label": "",
             "estimator": tag_text(tags.get("estimator")),
             "n": tag_number(tags.get("n")),

@@ -98,17 +98,26 @@ def runs_of(client, experiment: str, signature: str | None = None, status: str |
             return out
 
 
+def truncated(run) -> bool:
+    """A run the tuner pruned: ended FINISHED, but stopped before its last step (tag ``status=pruned``), so it is
+    no result of its spec: not a finished run to the lookups below, and left out of analysis (``analysis.load``)."""
+    return run.data.tags.get("status") == "pruned"
+
+
 def finished_run(client, experiment: str, signature: str, seed: int, after_ms: int = 0):
-    """The newest FINISHED run of this signature and seed in the store (started at or after ``after_ms``)."""
+    """The newest FINISHED, complete (not pruned) run of this signature and seed in the store (started at or
+    after ``after_ms``)."""
     for run in runs_of(client, experiment, signature, "FINISHED"):
-        if run.data.tags.get("seed") == str(seed) and run.info.start_time >= after_ms:
+        if run.data.tags.get("seed") == str(seed) and run.info.start_time >= after_ms and not truncated(run):
             return run
     return None
 
 
 def finished_signatures(uri: str, experiment: str, after_ms: int = 0) -> set[str]:
-    """Signatures with a FINISHED run in ``experiment`` of the store at ``uri`` (one query, for sweeps)."""
+    """Signatures with a FINISHED, complete (not pruned) run in ``experiment`` of the store at ``uri`` (one
+    query, for sweeps)."""
     from harness.tracking import client_for
 
     runs = runs_of(client_for(uri), experiment, status="FINISHED")
-    return {r.data.tags["spec_sig"] for r in runs if "spec_sig" in r.data.tags and r.info.start_time >= after_ms}
+    return {r.data.tags["spec_sig"] for r in runs
+            if "spec_sig" in r.data.tags and r.info.start_time >= after_ms and not truncated(r)}

@@ -110,6 +110,32 @@ def test_sweep_counts_a_run_finished_only_when_its_store_says_so(tmp_path):
     assert [d.action for d in sweep.plan(spec, [run])] == ["finished"]
 
 
+def test_a_pruned_trial_does_not_answer_its_spec(tmp_path):
+    """A tune trial pruned after a few steps ends FINISHED (tag status=pruned): neither a sweep nor a run of the
+    same spec and seed takes it for the finished run (it would answer with a truncated result)."""
+    sys.path.insert(0, str(ROOT / "tests" / "launch"))
+    from launch_helpers import SWEEPS, where
+
+    from harness import store
+    from harness.launch import sweep
+    from harness.launch.expand import validate
+    from harness.launch.spec import load_spec
+
+    uri = f"sqlite:///{tmp_path}/sweep.db"
+    spec = load_spec(str(SWEEPS / "tiny.yaml"), ["launcher=local", "grid.estimator=[recompute]", "seeds=[0]",
+                                                       *where(tmp_path, uri, "tuned")])
+    (run,) = validate(spec)
+    client = MlflowClient(uri)
+    mrun = client.create_run(client.create_experiment("tuned"),
+                             tags={"spec_sig": run.signature, "seed": str(run.cfg.seed), "status": "pruned"})
+    client.set_terminated(mrun.info.run_id, "FINISHED")
+    assert [d.action for d in sweep.plan(spec, [run])] == ["submit"]
+    assert store.finished_run(client, "tuned", run.signature, run.cfg.seed) is None
+    client.set_tag(mrun.info.run_id, "status", "finished")  # the same run, complete: it answers
+    assert [d.action for d in sweep.plan(spec, [run])] == ["finished"]
+    assert store.finished_run(client, "tuned", run.signature, run.cfg.seed).info.run_id == mrun.info.run_id
+
+
 def test_run_rerun_trains_a_finished_run_again(tiny_overrides, capsys):
     over = tiny_overrides(steps=2, name="again")
     assert main(over) == 0 and main(over) == 0

@@ -16,7 +16,9 @@ from harness import metrics as M
 from .conftest import T_DEMO
 
 
-def test_default_uri_is_the_project_store():
+def test_default_uri_is_the_project_store(monkeypatch):
+    # without $MLFLOW_TRACKING_URI (mlflow.set_tracking_uri, e.g. in an in-process tune, exports it)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     assert default_tracking_uri() == f"sqlite:///{project_root() / 'mlruns.db'}"
     assert (project_root() / "analysis" / "load.py").exists()
 
@@ -161,3 +163,17 @@ def test_orphan_and_superseded_runs_are_left_out_and_listed(fresh_store):
     assert any("3 run(s) left out" in n and orphan[:8] in n for n in exp.notes)
     kept = load_experiment("orphans", fresh_store.uri, include_unfinished=True)
     assert len(kept.runs) == 2 and len(kept.excluded) == 3  # the latest run of each seed still wins
+
+
+def test_a_pruned_trial_is_not_a_seed(fresh_store):
+    """A trial the tuner pruned ends FINISHED with the tag status=pruned after a few steps: its last reward is no
+    final reward and its curve no collapse-free run, so it is left out (and listed), like an unfinished run."""
+    client = MlflowClient(fresh_store.uri)
+    exp_id = client.create_experiment("tune")
+    full = [_old_style_run(client, exp_id, seed, "0.0003", tags={"status": "finished"}) for seed in (0, 1)]
+    pruned = _old_style_run(client, exp_id, 2, "0.0003", T=12, tags={"status": "pruned"})
+    exp = load_experiment("tune", fresh_store.uri)
+    assert sorted(exp.runs["run_id"]) == sorted(full)
+    assert dict(zip(exp.excluded["run_id"], exp.excluded["why"])) == {pruned: "pruned by the tuner (a truncated run)"}
+    assert any("1 run(s) left out" in n and pruned[:8] in n for n in exp.notes)
+    assert len(load_experiment("tune", fresh_store.uri, include_unfinished=True).runs) == 3
