@@ -77,6 +77,10 @@ from .tables import Table, _interval_cols, fmt_step
 
 KINDS = ("none", "router", "logit", "bias")  # table and pair order
 EDGE = 50  # steps at each end of a run for "k3 first" / "k3 last"
+# the params a dose experiment's arms may differ in: the perturbations' levels (harness.config.PERTURBATIONS; analysis
+# does not import the config: tests/analysis/test_dose.py checks the two lists agree) and the KL target
+PERTURBATION_PARAMS = frozenset({"inference.router_noise_sigma", "inference.logit_noise_sigma", "inference.bias_delta",
+                                 "inference.kl_target"})
 KL_TOLERANCE = 1.1  # two arms whose k3 IQMs differ by at most this factor are at equal KL (besides overlapping CIs)
 HELD_WITHIN = 1.5  # a held run holds its target when its mean k3 over the last EDGE steps is within this factor
 TERMS = {"bias_sq": M.MISMATCH_BIAS_SQ, "var_rollout": M.NOISE_VAR_ROLLOUT}
@@ -151,8 +155,10 @@ def run_frame(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig, edge
                "k3": _mean(k3), "k3_first": _mean(k3.iloc[:edge]), "k3_last": _mean(k3.iloc[-edge:])}
         for col, metric in TERMS.items():
             row[col] = _mean(exp.series(metric, run.run_id))
-        row["held_ok"] = (bool(arm.level / HELD_WITHIN <= row["k3_last"] <= arm.level * HELD_WITHIN)
-                          if arm.held else math.nan)
+        # held: judged on what the controller holds, mismatch/rec_k3 (= mismatch/k3 for recompute-style estimators)
+        held_k3 = _mean(exp.series(M.MISMATCH_REC_K3, run.run_id).sort_index().iloc[-edge:]) if arm.held else math.nan
+        row["held_ok"] = (bool(arm.level / HELD_WITHIN <= held_k3 <= arm.level * HELD_WITHIN)
+                          if arm.held and math.isfinite(held_k3) else math.nan)
         total = row["bias_sq"] + row["var_rollout"]
         row["bias_share"] = row["bias_sq"] / total if total > 0 else math.nan
         rows.append(row)
@@ -171,6 +177,14 @@ def _check_one_spec_per_arm(exp: Experiment, runs: pd.DataFrame) -> None:
     if len(mixed):
         raise AnalysisError(f"arm(s) {', '.join(mixed.index)} hold runs of several specs (group_sig); they differ in "
                             "more than the seed and the perturbation: narrow the runs with --filter")
+    params = [p for p in exp.group_params.values() if p]  # what the arms' runs logged (synthetic runs: nothing)
+    differ = sorted(k for k in set().union(*params) if k not in PERTURBATION_PARAMS
+                    and len({p.get(k) for p in params}) > 1)
+    if differ:
+        raise AnalysisError(f"experiment {exp.name!r}: its arms differ in more than the perturbation "
+                            f"({', '.join(differ)}), so a dose-response over them would compare specs, not doses: "
+                            "narrow the runs to one value of each with --filter, e.g. --filter \"params.`"
+                            f"{differ[0]}` = '...'\"")
 
 
 def _sci(iv: Interval) -> str:
@@ -363,7 +377,7 @@ def build_dose(experiment: str, tracking_uri: str | None = None, out_dir: str | 
     cfg = cfg or AnalysisConfig()
     if edge < 1:
         raise AnalysisError(f"--edge must be >= 1, got {edge}")
-    metrics = (cfg.reward_metric, cfg.loss_metric, cfg.kl_metric, *TERMS.values(), M.PERTURB_LEVEL)
+    metrics = (cfg.reward_metric, cfg.loss_metric, cfg.kl_metric, *TERMS.values(), M.PERTURB_LEVEL, M.MISMATCH_REC_K3)
     exp = load_experiment(experiment, tracking_uri, metrics=metrics, filter_string=filter_string,
                           include_unfinished=include_unfinished)
     if exp.runs.empty:

@@ -94,6 +94,8 @@ class Experiment:
     notes: list[str] = field(default_factory=list)
     excluded: pd.DataFrame = field(default_factory=pd.DataFrame)  # run_id, label, seed, status, why
     groups: pd.DataFrame = field(default_factory=pd.DataFrame)  # label, group_key, runs, seeds, apart
+    # group_key -> the identity params its first run logged (empty for runs that logged none)
+    group_params: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def labels(self) -> list[str]:
@@ -231,6 +233,8 @@ def load_experiment(
         if unfinished:
             notes.append(f"{len(unfinished)} run(s) did not finish (kept by include_unfinished): their curves are partial.")
     groups = groups_frame(runs, training)
+    logged = {r.info.run_id: identity_params(r.data.params) for r in training}
+    group_params = {g: logged.get(ids.iloc[0], {}) for g, ids in runs.groupby("group_key", sort=False)["run_id"]}
 
     histories = _load_histories(client, list(runs["run_id"]), metrics, threads)
     for metric in metrics:
@@ -243,6 +247,7 @@ def load_experiment(
     return Experiment(
         name=name, experiment_id=exp.experiment_id, tracking_uri=tracking_uri, runs=runs,
         histories=histories, probes=_probes_frame(probes), notes=notes, excluded=excluded, groups=groups,
+        group_params=group_params,
     )
 
 

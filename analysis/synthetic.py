@@ -55,6 +55,7 @@ class SyntheticRun:
     extra_metrics: dict[str, np.ndarray] = field(default_factory=dict)  # more per-step curves, logged as given
     drop_metrics: Sequence[str] = ()
     all_metrics: bool = False  # also log the rest of the catalogue (constant filler), as a real run does
+    params: dict[str, str] = field(default_factory=dict)  # logged as the run's params (a real run logs its spec)
 
     def tags(self) -> dict[str, str]:
         na = lambda v: "na" if v is None else str(v)  # noqa: E731
@@ -92,7 +93,7 @@ class SyntheticRun:
 def log_runs(tracking_uri: str, experiment: str, runs: Iterable[SyntheticRun],
              artifact_location: str | None = None) -> str:
     """Log ``runs`` into ``experiment`` (created if needed); returns the experiment id."""
-    from mlflow.entities import Metric
+    from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri)
@@ -103,6 +104,8 @@ def log_runs(tracking_uri: str, experiment: str, runs: Iterable[SyntheticRun],
         tags = run.tags()
         name = f"{tags['estimator']}-s{run.seed}"
         mlrun = client.create_run(exp_id, run_name=name, tags=tags)
+        if run.params:
+            client.log_batch(mlrun.info.run_id, params=[Param(k, str(v)) for k, v in run.params.items()])
         batch = [Metric(k, float(v), ts + i, i) for k, arr in run.metrics().items() for i, v in enumerate(arr)]
         for i in range(0, len(batch), 1000):
             client.log_batch(mlrun.info.run_id, metrics=batch[i:i + 1000])

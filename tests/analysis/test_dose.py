@@ -70,6 +70,13 @@ def dose_store(empty_db, tmp_path_factory):
     log_runs(uri, "two_specs", [SyntheticRun("recompute", 0, curve(60, seed=3 + k), extra_tags={"perturbation": "router=1",
                                                                                             "lr": lr})
                                 for k, lr in enumerate(("1e-4", "1e-3"))])
+    # a control and a router arm that also differ in the learning rate (each arm one spec): not a dose-response
+    log_runs(uri, "two_lrs", [SyntheticRun("recompute", s, curve(60, seed=7 + s), extra_tags={"perturbation": arm},
+                                           params={"trainer.lr": lr, "inference.router_noise_sigma": sigma})
+                              for s in range(2) for arm, sigma, lr in (("none", "0.0", "1e-4"), ("router=1", "1.0", "1e-3"))])
+    log_runs(uri, "one_lr", [SyntheticRun("recompute", s, curve(60, seed=7 + s), extra_tags={"perturbation": arm},
+                                          params={"trainer.lr": "1e-4", "inference.router_noise_sigma": sigma})
+                             for s in range(2) for arm, sigma in (("none", "0.0"), ("router=1", "1.0"))])
     return uri
 
 
@@ -118,6 +125,24 @@ def test_cli_refuses_several_perturbations_and_several_estimators(dose_store, tm
     # the filter the message names makes it work
     assert main(["dose", "-e", "two_estimators", "--tracking-uri", dose_store, "--out", str(tmp_path / "b"),
                  "--filter", "tags.estimator = 'recompute'", "--set", "bootstrap_reps=200"]) == 0
+
+
+def test_arms_that_differ_in_more_than_the_perturbation_are_refused(dose_store, tmp_path, capsys):
+    """Each arm one spec, but the control at lr 1e-4 and the router arm at 1e-3: refused, naming the param;
+    the same arms at one lr (only the perturbation's param differs) are a dose table."""
+    assert main(["dose", "-e", "two_lrs", "--tracking-uri", dose_store, "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "differ in more than the perturbation (trainer.lr)" in err and "--filter" in err
+    assert not (tmp_path / "a").exists()
+    assert main(["dose", "-e", "one_lr", "--tracking-uri", dose_store, "--out", str(tmp_path / "b"),
+                 "--set", "bootstrap_reps=200"]) == 0
+
+
+def test_the_params_an_arm_may_differ_in_are_the_configs_perturbations():
+    from analysis.dose import PERTURBATION_PARAMS
+    from harness.config import PERTURBATIONS
+
+    assert PERTURBATION_PARAMS == {f"inference.{key}" for _, key, _ in PERTURBATIONS} | {"inference.kl_target"}
 
 
 # ---- the table ------------------------------------------------------------------------------------------------
@@ -272,7 +297,8 @@ def test_held_arms_report_the_level_they_ran_at_count_the_runs_that_held_and_mat
             if arm.startswith("bias") and s == 3:
                 k3[-60:] = 1e-3  # at its bound: the last 50 steps 3x under the target
             runs.append(SyntheticRun("recompute", s, curve(T, r0=0.2, ramp=30, noise=1e-3, seed=700 + s),
-                                     k3=k3, extra_tags={"perturbation": arm}, extra_metrics={M.PERTURB_LEVEL: lv}))
+                                     k3=k3, extra_tags={"perturbation": arm},
+                                     extra_metrics={M.PERTURB_LEVEL: lv, M.MISMATCH_REC_K3: k3}))
     log_runs(uri, "held", runs)
     res = build_dose("held", uri, tmp_path / "out", AnalysisConfig(bootstrap_reps=500, curve_reps=50), echo=None)
     data = res.tables["dose"].data
@@ -288,6 +314,20 @@ def test_held_arms_report_the_level_they_ran_at_count_the_runs_that_held_and_mat
     assert logit["k3_iqm_lo"] > r["k3_iqm_hi"]  # the intervals miss each other ...
     assert ("router@k3=0.003", "logit@k3=0.003") in list(zip(pairs["arm_a"], pairs["arm_b"]))  # ... 1.07x: matched
     assert ("router@k3=0.003", "bias@k3=0.003") in list(zip(pairs["arm_a"], pairs["arm_b"]))
+
+
+def test_held_is_judged_on_the_k3_the_controller_holds(empty_db, tmp_path):
+    """The controller holds mismatch/rec_k3. rollout's mismatch/k3 is 0 (its pi_old is the sampler's), so a rollout
+    arm held at 3e-3 held it in every run by rec_k3, whatever its own k3 says."""
+    shutil.copy(empty_db, tmp_path / "m.db")
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    log_runs(uri, "held_rollout", [
+        SyntheticRun("rollout", s, curve(T, r0=0.2, ramp=30, noise=1e-3, seed=800 + s), k3=np.zeros(T),
+                     extra_tags={"perturbation": "router@k3=0.003"},
+                     extra_metrics={M.PERTURB_LEVEL: np.full(T, 0.2), M.MISMATCH_REC_K3: np.full(T, 3e-3)})
+        for s in SEEDS])
+    res = build_dose("held_rollout", uri, tmp_path / "out", AnalysisConfig(bootstrap_reps=200, curve_reps=50), echo=None)
+    assert list(res.tables["dose"].frame["held (last 50)"]) == ["4/4"]
 
 
 def test_a_table_without_held_arms_has_no_level_column(result):
