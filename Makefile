@@ -49,6 +49,7 @@ results: install
 	$(PY) scripts/equal_kl.py --sigmas 0.05,0.1,0.2 --deltas 0.9,0.8,0.7 > docs/results/dose/equal_kl.txt
 	for s in 0.1 0.3 1.0; do $(PY) scripts/equal_kl.py --sigmas "" --deltas "" inference.router_noise_sigma=$$s; done >> docs/results/dose/equal_kl.txt
 	$(PY) -m analysis report --experiment ablation --x n --out docs/results/ablation_v2
+	$(PY) scripts/pilot_seeds.py > docs/results/pilot_seeds.md
 	$(PY) -m analysis readme docs/results.md
 
 bench: install-test
