@@ -37,8 +37,12 @@ class Backend:
     (``harness.launch.spec.LauncherConfig``) gives the run what it needs.
     ``prunable``: ``run(cfg, on_step=f)`` calls ``f(step, metrics)`` after every step and stops the run
     (status ``pruned``) when it returns True: what a tune trial's pruner needs.
-    ``store_finishes``: a FINISHED run of the signature in the MLflow store marks the run done (else the
-    run folder's ``summary.json`` does: the backend's own process ends its MLflow run).
+    ``finished(client, cfg, after_ms) -> result | None``: where a FINISHED run of the signature in the store
+    does not mark a run done, the backend's own test (verl: the folder's ``summary.json``, written after verl
+    exited 0, names a run FINISHED in this store with this ``spec_sig``: verl ends its MLflow run itself,
+    FINISHED also after a crash). None: the store's FINISHED run of the signature and seed decides.
+    ``run_files``: what else of a run folder ``--rerun`` sets aside (``*.prev-<time>``) besides
+    ``summary.json`` and ``checkpoint.pt`` (verl: its MLflow run id, pinned commit and checkpoints).
     """
 
     name: str
@@ -50,7 +54,13 @@ class Backend:
     pack: Optional[Callable[..., Any]] = None
     plan: Optional[Callable[["RunConfig"], int]] = None
     prunable: bool = False
-    store_finishes: bool = True
+    finished: Optional[Callable[..., Any]] = None
+    run_files: tuple[str, ...] = ()
+
+    @property
+    def store_finishes(self) -> bool:
+        """A FINISHED run of the signature in the store marks a run done (no ``finished`` of its own)."""
+        return self.finished is None
 
     @property
     def packable(self) -> bool:

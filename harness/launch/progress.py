@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 from harness import backends
 from harness.launch.spec import SweepError, SweepSpec
 from harness.launch.submit import SubmissionError
-from harness.record import SUMMARY_FILE
 
 if TYPE_CHECKING:  # pragma: no cover
     from harness.config import RunConfig
@@ -29,12 +28,15 @@ def prepare_tracking(spec: SweepSpec, cfg: RunConfig) -> None:
 
 
 def finished_in_store(spec: SweepSpec, runs: list, after_ms: int = 0) -> set[str]:
-    """Signatures finished in the sweep's store (one query), for backends whose runs the store
-    finishes (``store_finishes``: local); a verl run is finished when its folder holds ``summary.json``
-    (its MLflow run is ended by verl). ``after_ms``: only a FINISHED run started then or later counts
-    (a --rerun's new runs, not the ones it supersedes)."""
+    """Signatures finished in the sweep's store. A run of a backend whose runs the store finishes
+    (``store_finishes``: local): a FINISHED run of its signature in the sweep's experiment (one query). A verl
+    run: its backend's own test (``Backend.finished``; verl: the folder's ``summary.json``, written after verl
+    exited 0, names a run FINISHED in this store with its ``spec_sig``: verl ends its MLflow run itself,
+    FINISHED also after a crash or a preemption, so a FINISHED run alone is not a result).
+    ``after_ms``: only a FINISHED run started then or later counts (a --rerun's new runs, not the ones it
+    supersedes)."""
     from harness import store
-    from harness.tracking import TrackingError
+    from harness.tracking import TrackingError, client_for
 
     if not runs:
         return set()
@@ -44,8 +46,13 @@ def finished_in_store(spec: SweepSpec, runs: list, after_ms: int = 0) -> set[str
         done = store.finished_signatures(uri, spec.experiment, after_ms)
     except TrackingError as exc:
         raise SubmissionError(str(exc)) from None
-    return {r.signature for r in runs if (r.signature in done if backends.get(r.cfg.backend.name).store_finishes
-                                           else (r.cfg.run_dir / SUMMARY_FILE).exists())}
+    client = client_for(uri)
+
+    def is_done(r) -> bool:
+        own = backends.get(r.cfg.backend.name).finished
+        return r.signature in done if own is None else own(client, r.cfg, after_ms) is not None
+
+    return {r.signature for r in runs if is_done(r)}
 
 
 def mlflow_progress(uri: str, experiment: str, sigs: list[str]) -> dict[str, dict[str, Any]]:

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import backends
 from harness.launch import submit
 from harness.launch.cli import cli, split_args
 from harness.launch.expand import PlannedRun, validate
@@ -75,10 +76,12 @@ def summary_status(run_dir: Path) -> str:
         return "finished"
 
 
-def archive_finished(run_dir: Path) -> None:
-    """--rerun: keep the previous result beside the folder, and start the run from scratch."""
+def archive_finished(run_dir: Path, run_files: tuple[str, ...] = ()) -> None:
+    """--rerun: keep the previous result beside the folder, and start the run from scratch (``run_files``: the
+    backend's own, ``Backend.run_files``; a verl run's MLflow run id, pinned commit and checkpoints: a new
+    MLflow run)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    for name in (SUMMARY_FILE, CHECKPOINT_FILE):
+    for name in (SUMMARY_FILE, CHECKPOINT_FILE, *run_files):
         p = run_dir / name
         if p.exists():
             p.replace(run_dir / f"{name}.prev-{stamp}")
@@ -107,7 +110,7 @@ def submit_sweep(spec: SweepSpec, rerun: bool = False, dry_run: bool = False, ou
     if rerun:
         after_ms = int(time.time() * 1000)  # the jobs' runs: a FINISHED run older than this does not count
         for d in todo:
-            archive_finished(d.run.cfg.run_dir)
+            archive_finished(d.run.cfg.run_dir, backends.get(d.run.cfg.backend.name).run_files)
             d.after_ms = after_ms
     packs = submit.seed_packs([d.run.cfg for d in todo], spec.launcher.seeds_per_job)  # [[index in todo]]
     tasks = [submit.job_for_pack([todo[i].run.cfg for i in p], finished_after_ms=after_ms) for p in packs]

@@ -51,3 +51,13 @@ def test_launcher_problems():
     verl = load(["backend=verl", "model=qwen3_4b", "task=gsm8k_verl"])
     key, msg = backends.get("verl").launcher_problem(verl, LauncherConfig(name="slurm"), "r")
     assert key == "launcher.gpus_per_node" and f"launcher.gpus_per_node={verl.verl.gpus_per_node}" in msg
+
+
+def test_the_verl_run_files_the_registry_names_are_the_runners():
+    """``--rerun`` sets aside what ``Backend.run_files`` names; the verl package lists them without importing
+    its runner (harness.config): the two lists must agree."""
+    from harness import backends
+    from harness.backends.verl import runner
+
+    assert backends.get("verl").run_files == runner.RUN_FILES
+    assert backends.get("local").run_files == () and backends.get("local").finished is None

@@ -6,8 +6,9 @@
     command(cfg)          -> argv of ``env ... python -m verl.trainer.main_ppo <overrides>`` (--dry-run)
     print_plan(cfg)       -> the per-GPU memory estimate (--plan; memory.py)
     job(cfg)              -> the launcher's per-node job (launch.VerlJob: Ray head + workers)
-    run(cfg) / train(cfg, tracker) -> runs it for real: GPU/vLLM/data checks, the MLflow run (tags, spec,
-                             resume), then verl as a subprocess; multi-node runs through launch.py
+    run(cfg, rerun) / train(cfg, tracker) -> runs it for real: GPU/vLLM/data checks, the run folder's identity
+                             (harness.record), the MLflow run (tags, spec, resume), then verl as a subprocess;
+                             multi-node runs through launch.py
 
 verl's legacy trainer runs (``trainer.use_v1=false``; docs/verl.md, "Which trainer").
 Modules: config (VerlConfig, validate), translate (spec -> overrides), plugins (our code inside
@@ -43,11 +44,13 @@ def command(cfg: "RunConfig") -> list[str]:
     return _command(cfg)
 
 
-def train(cfg: "RunConfig", tracker: "Tracker | None" = None) -> None:
-    """Run verl for ``cfg``; raises ``runner.VerlUnavailable`` (a ConfigError) where it cannot run."""
+def train(cfg: "RunConfig", tracker: "Tracker | None" = None, rerun: bool = False,
+          finished_after_ms: int = 0) -> dict[str, Any]:
+    """Run verl for ``cfg`` (``runner.train``); raises ``runner.VerlUnavailable`` (a ConfigError) where it
+    cannot run, ``harness.record.IdentityError`` for a run folder of another run."""
     from harness.backends.verl.runner import train as _train
 
-    _train(cfg, tracker)
+    return _train(cfg, tracker, rerun=rerun, finished_after_ms=finished_after_ms)
 
 
 def print_plan(cfg: "RunConfig") -> int:
@@ -62,8 +65,10 @@ def print_plan(cfg: "RunConfig") -> int:
 
 
 def run(cfg: "RunConfig", rerun: bool = False) -> None:
-    """``python -m harness.run`` on this machine: ``train`` (verl ends its own MLflow run; no summary here)."""
-    train(cfg)
+    """``python -m harness.run`` on this machine: ``train`` (its summary is the folder's ``summary.json``, not a
+    ``RunSummary``). ``rerun``: the folder's ``summary.json``, ``mlflow_run_id``, ``git_commit`` and
+    ``verl_checkpoints/`` are set aside (``*.prev-<time>``) and the run starts from scratch in a new MLflow run."""
+    train(cfg, rerun=rerun)
 
 
 def job(cfg: "RunConfig", finished_after_ms: int = 0):
@@ -71,6 +76,17 @@ def job(cfg: "RunConfig", finished_after_ms: int = 0):
     from harness.backends.verl.launch import VerlJob
 
     return VerlJob(cfg.to_dict())
+
+
+def finished(client: Any, cfg: "RunConfig", after_ms: int = 0) -> Optional[dict[str, Any]]:
+    """The folder's result if it answers ``cfg`` in ``client``'s store (``runner.finished``), else None."""
+    from harness.backends.verl.runner import finished as _finished
+
+    return _finished(client, cfg, after_ms)
+
+
+# the verl run's own files in its folder (runner.RUN_FILES; this package does not import the runner: tested equal)
+RUN_FILES = ("mlflow_run_id", "git_commit", "verl_checkpoints")
 
 
 def launcher_problem(cfg: "RunConfig", lc: Any, label: str) -> Optional[tuple[str, str]]:
@@ -88,4 +104,4 @@ def launcher_problem(cfg: "RunConfig", lc: Any, label: str) -> Optional[tuple[st
 
 
 BACKEND = Backend(name="verl", validate=validate, run=run, job=job, launcher_problem=launcher_problem,
-                  command=command, plan=print_plan, store_finishes=False)
+                  command=command, plan=print_plan, finished=finished, run_files=RUN_FILES)

@@ -1,15 +1,26 @@
-"""Running verl for one spec: preflight checks, the MLflow run, the ``main_ppo`` subprocess."""
+"""Running verl for one spec: preflight checks, the MLflow run, the ``main_ppo`` subprocess.
+
+The run folder follows ``harness.record``'s rules (:class:`VerlRecord`): ``run.json`` and ``summary.json``
+carry the run's identity; verl's own files there (``mlflow_run_id``, ``git_commit``, ``verl_checkpoints/``)
+belong to the MLflow run ``mlflow_run_id`` names and are resumed only when that run is this spec's in this
+store. Finished (:func:`finished`) = ``summary.json`` is this spec's in this store and names an MLflow run
+FINISHED in this store with this ``spec_sig``: verl ends its MLflow run itself, FINISHED also after a crash
+(``Tracking.finish``/``__del__``), so the store's status alone is not the harness's verdict (exit 0).
+"""
 from __future__ import annotations
 
 import json
 import os
 import shlex
 import subprocess
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
+from harness import store
 from harness.config import ConfigError, RunConfig
 from harness.backends.verl import data, translate
 from harness.provenance import git_commit
+from harness.record import SUMMARY_FILE, Identity, IdentityError, RunFolderError, RunRecord, _read_json
 from harness.tags import run_tags
 from harness.backends.verl.config import validate
 
@@ -17,8 +28,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from harness.tracking import Tracker
 
 RUN_ID_FILE = "mlflow_run_id"
-SUMMARY_FILE = "summary.json"
 COMMIT_FILE = "git_commit"
+#: verl's files of the folder's MLflow run: set aside (*.prev-<time>) with its summary by --rerun, or when the
+#: summary was another store's result
+RUN_FILES = (RUN_ID_FILE, COMMIT_FILE, translate.CHECKPOINT_DIR)
 
 
 class VerlUnavailable(ConfigError):
@@ -111,56 +124,159 @@ def preflight(cfg: RunConfig) -> None:
                               ". verl runs need GPU nodes with vLLM; `--dry-run` prints the command")
 
 
-def _tracker(cfg: RunConfig, commit: str) -> "Tracker":
-    """This run's MLflow run: created once (tags, params, spec), re-attached on every requeue."""
+class VerlRecord(RunRecord):
+    """A verl run's folder under :class:`~harness.record.RunRecord`'s rules (module docstring)."""
+
+    run_id: str | None = None  # the folder's MLflow run, to resume
+
+    def prepare(self) -> dict[str, Any] | None:
+        """The store is reachable; the folder holds nothing of another spec (IdentityError); returns the
+        folder's result if it answers this spec (:func:`finished`), else None (train; resume ``run_id`` if set)."""
+        from harness.tracking import client_for
+
+        store.check(self.identity.tracking_uri)
+        if self.rerun:
+            self._archive(*RUN_FILES)
+        had_summary = self.summary_path.exists()
+        self._check_folder()  # --rerun, or another store's summary.json: set aside
+        if had_summary and not self.summary_path.exists():
+            self._archive(*RUN_FILES)  # that store's run: this one starts from scratch in this store
+        client = client_for(self.identity.tracking_uri)
+        done = finished(client, self.cfg, self.finished_after_ms)
+        if done is not None:
+            self.attach(done["run_id"])
+            return done
+        self.run_id = self._resumable(client)
+        return None
+
+    def _resumable(self, client) -> str | None:
+        """The MLflow run ``mlflow_run_id`` names, if it is this spec's in this store (else IdentityError)."""
+        path = self.dir / RUN_ID_FILE
+        if not path.exists():
+            return None
+        run_id, uri = path.read_text().strip(), self.identity.tracking_uri
+        run = _run(client, run_id)
+        if run is None:
+            raise IdentityError(f"{path} names MLflow run {run_id}, which is not in the store {uri!r} (another store, "
+                                f"or a deleted run): set tracking.uri to its store to resume it, or --rerun to start "
+                                f"over in this one")
+        sig, exp = run.data.tags.get("spec_sig"), client.get_experiment(run.info.experiment_id).name
+        if (sig, exp) != (self.identity.signature, self.identity.experiment):
+            raise IdentityError(f"{path} names MLflow run {run_id} of another run (spec_sig={sig!r}, experiment="
+                                f"{exp!r}); use another out_dir for this one, or --rerun to set the old files aside "
+                                f"(*.prev-<time>) and start this run there")
+        return run_id
+
+    def attach(self, run_id: str) -> None:
+        """The folder's MLflow run is ``run_id``: ``run.json`` and ``mlflow_run_id`` name it."""
+        self.identity = replace(self.identity, run_id=run_id)
+        self._write_identity()
+        (self.dir / RUN_ID_FILE).write_text(run_id + "\n")
+
+    def write_summary(self) -> dict[str, Any]:
+        """``summary.json`` (with the identity), written atomically: the folder's result."""
+        data = {"run_id": self.identity.run_id, "signature": self.identity.signature, "status": "finished",
+                "identity": asdict(self.identity)}
+        tmp = self.summary_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data) + "\n")
+        tmp.replace(self.summary_path)
+        return data
+
+
+def _run(client, run_id: str | None):
+    """The active MLflow run ``run_id`` of this store, else None."""
+    try:
+        run = client.get_run(run_id)
+    except Exception:  # noqa: BLE001 - not in this store
+        return None
+    return run if run.info.lifecycle_stage == "active" else None
+
+
+def summary(cfg: RunConfig) -> dict[str, Any] | None:
+    """The folder's ``summary.json`` if it is this spec's in this store (its identity), else None."""
+    data = _read_json(cfg.run_dir / SUMMARY_FILE)
+    ident = (data or {}).get("identity") or {}
+    if data is None or ident.get("tracking_uri") != cfg.tracking_uri or Identity.of(cfg).differences(ident):
+        return None
+    return data
+
+
+def finished(client, cfg: RunConfig, after_ms: int = 0) -> dict[str, Any] | None:
+    """The folder's result if it answers this spec: :func:`summary` names an MLflow run FINISHED in this store
+    (``client``'s) and experiment with this ``spec_sig``, started at or after ``after_ms``; else None."""
+    try:
+        data = summary(cfg)
+    except RunFolderError:  # unreadable: no answer (train() names the file)
+        return None
+    run = _run(client, (data or {}).get("run_id"))
+    if run is None or run.info.status != "FINISHED" or run.info.start_time < after_ms:
+        return None
+    if (run.data.tags.get("spec_sig"), client.get_experiment(run.info.experiment_id).name) != \
+            (cfg.signature, cfg.tracking.experiment):
+        return None
+    return data
+
+
+def _tracker(cfg: RunConfig, commit: str, run_id: str | None = None) -> "Tracker":
+    """This run's MLflow run: re-attached (``run_id``, the folder's, checked by VerlRecord), else created
+    (tags, spec, command)."""
     import yaml
 
     from harness.tracking import Tracker
 
-    cfg.run_dir.mkdir(parents=True, exist_ok=True)
-    id_file = cfg.run_dir / RUN_ID_FILE
-    if id_file.exists():
-        return Tracker(cfg.tracking_uri, cfg.tracking.experiment, run_id=id_file.read_text().strip())
+    if run_id is not None:
+        return Tracker(cfg.tracking_uri, cfg.tracking.experiment, run_id=run_id)
     tracker = Tracker(cfg.tracking_uri, cfg.tracking.experiment, run_name=translate.run_name(cfg),
                       tags=run_tags(cfg, commit))
     spec = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
     tracker.log_text(spec, "spec.yaml")
     tracker.log_text(shlex.join(translate.command(cfg, commit=commit)), "verl_command.txt")
-    id_file.write_text(tracker.run_id + "\n")
     return tracker
 
 
-def train(cfg: RunConfig, tracker: "Tracker | None" = None) -> None:
-    """Run verl for this spec (resuming it if it ran before); raises VerlUnavailable off a GPU node."""
+def train(cfg: RunConfig, tracker: "Tracker | None" = None, rerun: bool = False,
+          finished_after_ms: int = 0) -> dict[str, Any]:
+    """Run verl for this spec (resuming the folder's run of this spec in this store); returns its summary.
+
+    Raises VerlUnavailable off a GPU node (before the store is touched, unless the folder may hold the
+    result), IdentityError for a folder of another run. ``rerun``: the folder's run is set aside, a new
+    MLflow run starts from scratch. A non-zero exit of verl ends the MLflow run FAILED."""
     validate(cfg)
-    summary = cfg.run_dir / SUMMARY_FILE
-    if summary.exists():
-        return
-    preflight(cfg)
+    record = VerlRecord(cfg, rerun=rerun, finished_after_ms=finished_after_ms)
+    answerable = not rerun and record.summary_path.exists()
+    if not answerable:
+        preflight(cfg)
+    done = record.prepare()
+    if done is not None:
+        print(f"[harness] finished: MLflow run {done['run_id']} ({record.summary_path}); nothing to do", flush=True)
+        return done
+    if answerable:
+        preflight(cfg)
     # verl logs its whole config as MLflow params, and MLflow refuses a param whose value changes:
-    # a requeued job must send the same config, so the commit is pinned at the first launch
-    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    # a requeued job must send the same config, so the commit is pinned at the MLflow run's first launch
     commit_file = cfg.run_dir / COMMIT_FILE
-    if not commit_file.exists():
+    if record.run_id is None or not commit_file.exists():
         commit_file.write_text(git_commit() + "\n")
     commit = commit_file.read_text().strip()
-    tracker = tracker or _tracker(cfg, commit)
-    if not (cfg.run_dir / RUN_ID_FILE).exists():  # a caller's tracker: requeued jobs must find it too
-        (cfg.run_dir / RUN_ID_FILE).write_text(tracker.run_id + "\n")
+    tracker = tracker or _tracker(cfg, commit, record.run_id)
+    record.attach(tracker.run_id)  # requeued jobs find it
+    record.tracker = tracker
     env = {**translate.environment(cfg), "MLFLOW_RUN_ID": tracker.run_id}
     argv = translate.command(cfg, commit=commit, env=env)
     if os.environ.get("SLURM_CPUS_PER_TASK") and not os.environ.get("RAY_ADDRESS"):
         # a single-node job starts Ray itself: give it the CPUs Slurm allotted, not the node's count
         argv.append(f"ray_kwargs.ray_init.num_cpus={int(os.environ['SLURM_CPUS_PER_TASK'])}")
     print(f"[harness] MLflow run {tracker.run_id}; running: {shlex.join(argv)}", flush=True)
-    proc = subprocess.run(argv, env={**os.environ, **env})
+    try:
+        proc = subprocess.run(argv, env={**os.environ, **env})
+    except BaseException as exc:  # an interrupt: the run ends KILLED (RunRecord.end), verl resumes it
+        record.end(exc)
+        raise
+    # set after verl has exited: its MLflow adapter may have ended the run FINISHED in its teardown
     if proc.returncode != 0:
         tracker.set_tags({"status": "failed"})
+        tracker.finish("FAILED")
         raise RuntimeError(f"verl exited with status {proc.returncode} (MLflow run {tracker.run_id})")
     tracker.set_tags({"status": "finished"})
-    summary.write_text(json.dumps({"run_id": tracker.run_id, "signature": cfg.signature, "status": "finished"}) + "\n")
-
-
-def summary(cfg: RunConfig) -> dict[str, Any] | None:
-    path = cfg.run_dir / SUMMARY_FILE
-    return json.loads(path.read_text()) if path.exists() else None
+    tracker.finish("FINISHED")  # before summary.json names it as this folder's result
+    return record.write_summary()

@@ -2,7 +2,8 @@
 workers). It does what main_ppo does before that, with verl's own code: Hydra-composes verl's
 ``ppo_trainer.yaml`` with the argv overrides and runs ``validate_config``; then, in place of the
 training loop, verl's own ``Tracking`` (as the legacy trainer's ``fit`` builds it) logs made-up steps.
-FAKE_STEPS (env) lists the steps to log, e.g. "1,2".
+FAKE_STEPS (env) lists the steps to log, e.g. "1,2"; FAKE_EXIT (env) the exit status after ``tracking.finish()``
+(a crash in verl's teardown: its MLflow run is already ended FINISHED).
 """
 import os
 import sys
@@ -31,3 +32,4 @@ for step in [int(s) for s in os.environ.get("FAKE_STEPS", "1").split(",")]:
     tracking.log({"training/global_step": step, "critic/score/mean": 0.1 * step, "rollout_corr/kl": 0.01,
                   "rollout_corr/k3_kl": 0.001, "timing_s/gen": 2.0, "timing_per_token_ms/gen": 0.25}, step=step)
 tracking.finish()
+sys.exit(int(os.environ.get("FAKE_EXIT", "0")))
