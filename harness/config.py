@@ -461,8 +461,33 @@ def compose(overrides: list[str], config_name: str = "config", config_dir: Path 
         msg = str(exc).splitlines()[0]
         named = [k for k in (ov.split("=")[0].lstrip("+~") for ov in overrides) if f"'{k}'" in msg or k in msg]
         key = getattr(exc, "full_key", None) or max(named, key=len, default=None) or "spec"  # the most specific
+        if msg.startswith("Could not override") and key != "spec":
+            msg = _unknown_key(str(key), overrides, config_name, config_dir) or msg
         raise ConfigError(str(key), msg) from None
     return OmegaConf.to_container(cfg, resolve=True)
+
+
+def _unknown_key(key: str, overrides: list[str], config_name: str, config_dir: Path) -> str | None:
+    """What to say of an override of a key the spec does not have: the keys its section has (an estimator's
+    section: its parameters, and which estimators take this one). None when the spec without it fails too."""
+    try:
+        spec = compose([ov for ov in overrides if ov.split("=")[0].lstrip("+~") != key], config_name, config_dir)
+    except ConfigError:
+        return None
+    parent, _, leaf = key.rpartition(".")
+    node: Any = spec
+    for part in parent.split(".") if parent else ():
+        node = node.get(part) if isinstance(node, dict) else None
+    if not isinstance(node, dict):
+        return f"unknown key: the spec has no section {parent!r}"
+    if parent == "estimator":
+        name = node.get("name")
+        own = [k for k in node if k != "name"]
+        takers = [n for n in estimators.NAMES
+                  if any(f.name == leaf for f in dataclasses.fields(estimators.get(n).Params))]
+        return (f"not a parameter of {name} (its parameters: {', '.join(own) or 'none'})"
+                + (f"; {leaf} is a parameter of {', '.join(takers)}" if takers else ""))
+    return f"unknown key; {parent or 'the spec'} has: {', '.join(sorted(node))}"
 
 
 def load(overrides: list[str], config_name: str = "config") -> RunConfig:

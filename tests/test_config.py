@@ -149,3 +149,18 @@ def test_a_local_spec_off_temperature_1_is_not_signed_as_before_the_trainer_appl
     # verl at T = 0.7: the signature 4954f41 gave it (its meaning did not change)
     assert load(["backend=verl", "model=qwen3_30b_a3b", "trainer.lr=1e-6",
                  "inference.temperature=0.7"]).signature == "fab6b12b65"
+
+
+@pytest.mark.parametrize("overrides, key, text", [
+    (["estimator=recompute", "estimator.clip_c=2"], "estimator.clip_c",
+     "not a parameter of recompute (its parameters: none); clip_c is a parameter of tis, mis, mean_n_tis"),
+    (["estimator=tis", "estimator.n=2"], "estimator.n", "not a parameter of tis (its parameters: clip_c, level)"),
+    (["trainer.lrr=2"], "trainer.lrr", "unknown key; trainer has: checkpoint_every, clip_eps,"),
+    (["foo=1"], "foo", "unknown key; the spec has: backend, diagnostics, estimator,"),
+])
+def test_an_unknown_key_names_what_the_section_has(overrides, key, text):
+    """Not Hydra's "Could not override 'x'. To append to your config use +x" (which would then fail), but the
+    keys the section has; for an estimator, its parameters and the estimators that take the one given."""
+    with pytest.raises(ConfigError) as exc:
+        load(overrides)
+    assert exc.value.key == key and text in str(exc.value)
