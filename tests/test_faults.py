@@ -277,3 +277,27 @@ def test_sigterm_ends_the_run_killed_with_a_checkpoint_and_kill_9_resumes_into_t
     (run,) = runs(cfg.tracking_uri)
     assert run.info.run_id == run_id and run.info.status == "FINISHED"
     assert steps_logged(cfg.tracking_uri, run_id) == list(range(12))  # each step once
+
+
+def test_status_calls_a_run_finished_only_when_its_store_says_so(tmp_path):
+    """``harness.status`` agrees with the sweep: a summary.json of another store in the folder is not "finished"."""
+    sys.path.insert(0, str(ROOT / "tests" / "launch"))
+    from launch_helpers import SWEEPS, where
+
+    from harness.launch.expand import validate
+    from harness.launch.spec import load_spec
+    from harness.launch.status import sweep_status
+
+    uri = f"sqlite:///{tmp_path}/sweep.db"
+    spec = load_spec(str(SWEEPS / "tiny.yaml"), ["launcher=local", "grid.estimator=[recompute]", "seeds=[0]",
+                                                       *where(tmp_path, uri, "stale")])
+    (run,) = validate(spec)
+    run.cfg.run_dir.mkdir(parents=True)
+    (run.cfg.run_dir / "summary.json").write_text('{"run_id": "gone", "status": "finished"}')
+    client = MlflowClient(uri)
+    client.create_experiment("stale")
+    assert [s.state for s in sweep_status(spec)] == ["not submitted"]
+    mrun = client.create_run(client.get_experiment_by_name("stale").experiment_id,
+                             tags={"spec_sig": run.signature, "seed": str(run.cfg.seed)})
+    client.set_terminated(mrun.info.run_id, "FINISHED")
+    assert [s.state for s in sweep_status(spec)] == ["finished"]

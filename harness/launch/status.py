@@ -1,7 +1,7 @@
 """``python -m harness.status SPEC.yaml [OVERRIDE ...] [--json]``: where every run of a sweep stands.
 
 One row per run: its name, signature, the Slurm (or local) job, the state (the run's own result
-when it is over: finished / diverged / pruned; else the scheduler's: PENDING, RUNNING, ...; else
+when it is finished in the sweep's store, as ``harness.sweep`` decides: finished / diverged / pruned; else the scheduler's: PENDING, RUNNING, ...; else
 what submitit's result files say), the last logged step, the smoothed reward there, and whether
 the reward curve has collapsed (the report's own rule: ``analysis.measures.collapse_onset_index``
 with the defaults of ``analysis.config``). The reward is the report's **final** reward
@@ -22,7 +22,7 @@ from harness import curves
 from harness.launch.cli import cli, format_table, split_args
 from harness.launch.expand import validate
 from harness.launch.jobs import JobsDB, job_states
-from harness.launch.progress import mlflow_progress
+from harness.launch.progress import finished_in_store, mlflow_progress
 from harness.launch.spec import SweepSpec, load_spec
 from harness.launch.sweep import summary_status
 from harness.record import SUMMARY_FILE
@@ -60,6 +60,10 @@ def sweep_status(spec: SweepSpec) -> list[RunStatus]:
     except Exception as exc:  # noqa: BLE001 - status must still show the scheduler's view
         print(f"warning: cannot read MLflow at {uri}: {exc}", file=sys.stderr)
         progress = {}
+    try:
+        finished = finished_in_store(spec, runs)  # what the sweep skips: finished in this store, not a folder's file
+    except Exception:  # noqa: BLE001 - unreachable store: warned above
+        finished = set()
     acfg = AnalysisConfig()
     rows = []
     for r in runs:
@@ -68,8 +72,8 @@ def sweep_status(spec: SweepSpec) -> list[RunStatus]:
         js = states.get(jid) if jid else None
         summary_path = r.cfg.run_dir / SUMMARY_FILE
         detail = ""
-        if summary_path.exists():
-            state = summary_status(r.cfg.run_dir)
+        if r.signature in finished:
+            state = summary_status(r.cfg.run_dir) if summary_path.exists() else "finished"
         elif js is not None:
             state, detail = js.state, js.detail
             if js.alive and rec.get("launcher") == "local" and r.signature not in progress:
