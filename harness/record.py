@@ -15,7 +15,9 @@ it. The order of a run's bookkeeping, each step before anything heavier:
 3. :meth:`RunRecord.save_checkpoint` every ``trainer.checkpoint_every`` steps (atomic: tmp + rename).
 4. :meth:`RunRecord.finish` (summary, FINISHED) or :meth:`RunRecord.end` — an interrupt (SIGINT,
    SIGTERM: :class:`Interrupted`; submitit's preemption exit) ends the MLflow run KILLED, any other failure FAILED: no run is left
-   RUNNING by a process that is gone (only ``kill -9`` can, and its checkpoint resumes it).
+   RUNNING by a process that is gone (only a SIGKILL can, and its checkpoint resumes it). Under submitit a
+   ``scancel`` ends that way: submitit's job ignores SIGTERM (its preemption signal is USR2), so Slurm's SIGKILL
+   follows and the MLflow run stays RUNNING until a rerun resumes it; analysis leaves RUNNING runs out.
 
 Signals (:func:`signals_as_interrupts`, installed by the CLI): the first SIGINT/SIGTERM during the
 training loop lets the current step end, writes a checkpoint (if enabled) and raises
