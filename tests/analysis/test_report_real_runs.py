@@ -36,8 +36,6 @@ def harness_run(tmp, estimator: str, seed: int, *extra: str) -> None:
 
 @pytest.fixture(scope="module")
 def small_experiment(empty_db, tmp_path_factory):
-    if not (ROOT / "harness" / "run.py").exists():
-        pytest.skip("harness/run.py does not exist yet")
     tmp = tmp_path_factory.mktemp("real")
     shutil.copy(empty_db, tmp / "m.db")  # an initialised store: no migrations in every subprocess
     jobs = [(e, s) for e in ESTIMATORS for s in SEEDS] + [LR_RUN]

@@ -27,11 +27,14 @@ def test_ppo_loss_clips_and_weights_and_masks():
 
 
 def test_loss_gradient_flows_only_through_the_ratio():
-    logp_new = torch.log(torch.tensor([[0.5, 0.4]])).requires_grad_()
-    logp_old = torch.log(torch.tensor([[0.5, 0.5]]))
-    loss, _ = ppo_loss(torch.exp(logp_new - logp_old), torch.tensor([[1.0]]), torch.ones(1, 2), torch.ones(1, 2), 0.2)
+    """d loss / d logp_new = -w A r / T on unclipped tokens (r = exp(logp_new - logp_old), w the estimator's
+    weight, T tokens), 0 where the clip binds (A > 0, r > 1 + eps)."""
+    logp_new = torch.log(torch.tensor([[0.5, 0.45, 0.8]])).requires_grad_()
+    logp_old = torch.log(torch.tensor([[0.5, 0.5, 0.5]]))
+    ratio = torch.exp(logp_new - logp_old)  # [1, 0.9, 1.6]: the last one clipped at 1.2
+    loss, _ = ppo_loss(ratio, torch.tensor([[1.0]]), torch.tensor([[1.0, 2.0, 1.0]]), torch.ones(1, 3), 0.2)
     loss.backward()
-    assert logp_new.grad is not None and torch.all(logp_new.grad < 0)
+    torch.testing.assert_close(logp_new.grad, torch.tensor([[-1.0 / 3, -2 * 0.9 / 3, 0.0]]))
 
 
 def test_mismatch_bias_and_variance_terms_add_up_to_the_mean_squared_log_ratio():

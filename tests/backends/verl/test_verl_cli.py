@@ -178,7 +178,7 @@ def test_preflight_names_the_data_preparation_command(spec, tmp_path, monkeypatc
 
 
 def test_ablation_verl_sweep_validates():
-    sweep = pytest.importorskip("harness.launch.sweep", reason="harness.launch.sweep not available")
+    from harness.launch import sweep
     path = ROOT / "sweeps" / "ablation_verl.yaml"
     runs = sweep.validate(sweep.load_spec(path, []))
     assert len(runs) == 27 and len({r.signature for r in runs}) == 27
