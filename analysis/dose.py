@@ -147,8 +147,10 @@ def run_frame(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig, edge
     for run in exp.runs.itertuples():
         arm = parse_perturbation(run.perturbation, f"run {run.run_id[:8]} ({run.label} seed {run.seed})")
         k3 = exp.series(cfg.kl_metric, run.run_id).sort_index()
+        level = exp.series(M.PERTURB_LEVEL, run.run_id).sort_index()
         row = {"run_id": run.run_id, "label": run.label, "seed": run.seed, "arm": arm.name, "kind": arm.kind,
-               "level": arm.level, "held": arm.held, "held_level": _mean(exp.series(M.PERTURB_LEVEL, run.run_id)),
+               "level": arm.level, "held": arm.held, "held_level": _mean(level),
+               "held_level_first": _mean(level.iloc[:edge]), "held_level_last": _mean(level.iloc[-edge:]),
                "collapsed": bool(m.at[run.run_id, "collapsed"]),
                "collapse_time": float(m.at[run.run_id, "collapse_time"]), "final": float(m.at[run.run_id, "final"]),
                "r0": float(m.at[run.run_id, "r0"]),
@@ -215,8 +217,8 @@ def arm_frame(runs: pd.DataFrame, cfg: AnalysisConfig) -> pd.DataFrame:
                **_interval_cols("r0_iqm", iqm_ci(g["r0"].to_numpy(float), cfg.bootstrap_reps, cfg.ci, seed))}
         if arm.held:
             row["held_ok"] = int(g["held_ok"].sum())
-            row.update(_interval_cols("held_level_iqm", iqm_ci(g["held_level"].to_numpy(float), cfg.bootstrap_reps,
-                                                               cfg.ci, seed)))
+            for col in ("held_level", "held_level_first", "held_level_last"):
+                row.update(_interval_cols(f"{col}_iqm", iqm_ci(g[col].to_numpy(float), cfg.bootstrap_reps, cfg.ci, seed)))
         for col in MISMATCH_COLS:
             row[f"{col}_runs"] = int(np.isfinite(g[col].to_numpy(float)).sum())
             row.update(_interval_cols(f"{col}_iqm", iqm_ci(g[col].to_numpy(float), cfg.bootstrap_reps, cfg.ci, seed)))
@@ -235,6 +237,8 @@ def dose_table(arms: pd.DataFrame, cfg: AnalysisConfig, edge: int = EDGE) -> Tab
         rows.append({
             "arm": r["arm"], "runs": r["runs"], "collapsed": f"{r['collapsed']}/{r['runs']}",
             **({"level held (IQM)": _sci(_iv(r, "held_level_iqm")) if r["held"] else "-",
+                f"level first {edge}": _sci(_iv(r, "held_level_first_iqm")) if r["held"] else "-",
+                f"level last {edge}": _sci(_iv(r, "held_level_last_iqm")) if r["held"] else "-",
                 f"held (last {edge})": f"{int(r['held_ok'])}/{r['runs']}" if r["held"] else "-"} if held else {}),
             "collapse rate": _iv(r, "collapse_rate").fmt(2),
             "onset (KM median)": fmt_step(r["onset_km_median"]) if r["collapsed"] else "-",
@@ -256,7 +260,8 @@ def dose_table(arms: pd.DataFrame, cfg: AnalysisConfig, edge: int = EDGE) -> Tab
     if held:
         t.notes.append(f"kind@k3=K: KL-held arm, its perturbation rescaled every step to hold {M.MISMATCH_REC_K3} at K "
                        f"(inference.kl_target); level held: IQM over runs of each run's mean {M.PERTURB_LEVEL} (sigma, or "
-                       f"the bias delta) [bootstrap CI]; held: runs whose mean k3 over the last {edge} steps is within "
+                       f"the bias delta) [bootstrap CI], and over its first / last {edge} steps; held: runs whose mean "
+                       f"{M.MISMATCH_REC_K3} over the last {edge} steps is within "
                        f"{HELD_WITHIN:g}x of K (the others did not hold it there: a perturbation at its bound, or a few large "
                        "per-step k3 in that window).")
     t.notes += missing_notes(arms)

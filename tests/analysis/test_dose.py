@@ -307,6 +307,10 @@ def test_held_arms_report_the_level_they_ran_at_count_the_runs_that_held_and_mat
     means = [(0.2 + 0.01 * s) * 7 / 6 for s in SEEDS]
     assert r["held_level_iqm"] == pytest.approx(np.mean(sorted(means)[1:3]))  # IQM of 4 = mean of the middle 2
     assert r["held_level_iqm_lo"] <= r["held_level_iqm"] <= r["held_level_iqm_hi"]
+    # how the level moved: the first 50 steps hold the transient, (10 * 3 + 40) / 50 = 1.4x; the last 50 are at it
+    levels = sorted(0.2 + 0.01 * s for s in SEEDS)[1:3]
+    assert r["held_level_first_iqm"] == pytest.approx(1.4 * np.mean(levels))
+    assert r["held_level_last_iqm"] == pytest.approx(np.mean(levels))
     frame = res.tables["dose"].frame
     assert list(frame["held (last 50)"]) == ["4/4", "4/4", "3/4"]
     pairs = res.tables["dose_equal_kl"].data
