@@ -174,6 +174,26 @@ def test_mean_n_rescoring_equals_local_log_mean_prob():
     torch.testing.assert_close(torch.tensor(mean_n_logprobs(scores), dtype=torch.float64), log_mean_prob(scores))
 
 
+def test_an_aborted_scoring_pass_is_named_not_taken_for_another_server():
+    """verl's vLLM server answers a request it aborted (pause_generation) with stop_reason="aborted" and no
+    prompt_logprobs: the error says so (not "needs verl's vLLM server"), and the pass is not retried."""
+    from verl.workers.rollout.replica import TokenOutput
+
+    from harness.backends.verl.plugins.mean_n import score_response
+
+    class Aborting(FakeVLLMServer):
+        async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+            if len(self.calls) == 1:
+                self.calls.append([])
+                return TokenOutput(token_ids=[], stop_reason="aborted", extra_fields={"global_steps": 7})
+            return await super().generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params)
+
+    server = Aborting()
+    with pytest.raises(RuntimeError, match=r"aborted by the rollout server \(global step 7\)"):
+        asyncio.run(score_response(server, [5, 3, 9, 1], [2, 7, 7], 4))
+    assert len(server.calls) == 2  # the second pass aborted; no retry, no third
+
+
 def test_mean_n_agent_loop_replaces_rollout_logprobs(spec):
     """verl's AgentLoopOutput through our loop's rescoring step: response_logprobs (what verl's bypass
     mode uses as old_log_probs) become log_mean_prob of the n passes; the sampling ones are kept."""

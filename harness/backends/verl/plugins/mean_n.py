@@ -59,6 +59,12 @@ async def score_response(server_manager: Any, prompt_ids: list[int], response_id
 
     async def one() -> list[float]:
         out = await server_manager.generate(request_id=uuid4().hex, prompt_ids=seq, sampling_params=dict(SCORING_PARAMS))
+        if getattr(out, "stop_reason", None) == "aborted":
+            # verl's server aborts requests when it pauses generation (a weight update, a shutdown): a retried
+            # pass could score under other weights than the sampled response's, so it is not retried
+            raise RuntimeError(f"a mean_n scoring pass was aborted by the rollout server (global step "
+                               f"{out.extra_fields.get('global_steps', '?')}): the passes must score under the "
+                               "weights that sampled the response, so this prompt's group fails rather than mix them")
         if "prompt_logprobs" not in out.extra_fields:
             raise RuntimeError("the rollout server returned no prompt_logprobs: mean_n needs verl's vLLM server")
         return response_logprobs(out.extra_fields["prompt_logprobs"], len(prompt_ids), len(response_ids))
