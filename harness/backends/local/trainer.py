@@ -142,6 +142,34 @@ def _token_mean(x: Tensor, mask: Tensor | None) -> Tensor:
     return _seed_mean(x.flatten(3).mean(3) if x.dim() > 3 else x, mask)
 
 
+def is_ess(w: Tensor, mask: Tensor) -> Tensor:
+    """Normalised effective sample size of the IS weights w [S, B, R] over each seed's tokens (mask > 0), [S]:
+    (sum_t w_t)^2 / (N sum_t w_t^2), N = the seed's token count (zero weights included): 1 for equal weights,
+    1/N for one non-zero weight; 0 for a seed without tokens or whose weights are all 0 (IcePop masking every one)."""
+    m = mask > 0
+    count = m.flatten(1).sum(1)
+    sq = (w * w * m).flatten(1).sum(1)
+    ess = (w * m).flatten(1).sum(1) ** 2 / (count.clamp(min=1) * sq)
+    return torch.where((count > 0) & (sq > 0), ess, 0.0)
+
+
+def routing_flip_rate(roll_selected: Tensor, rec_selected: Tensor, mask: Tensor | None) -> Tensor:
+    """Share of each seed's tokens whose top-k expert set differs between rollout and training in any layer, [S]:
+    mean_t 1[exists l: set(roll_selected[t, l]) != set(rec_selected[t, l])], selected [S, B, R, L, k]; over every
+    token (``mask`` None), or over the tokens of ``mask`` [S, B, R] whose rollout routing is known (no id -1 in
+    any layer: replay_on_miss=missing)."""
+    roll, rec = roll_selected.sort(-1).values, rec_selected.sort(-1).values
+    flips = (roll != rec).any(-1).any(-1).float()
+    known = mask if mask is None else mask * (roll >= 0).all(-1).all(-1).float()
+    return _token_mean(flips, known)
+
+
+def router_kl(roll_logp: Tensor, rec_logp: Tensor, mask: Tensor | None) -> Tensor:
+    """KL(router_rollout || router_train) = sum_e p_roll,e (log p_roll,e - log p_rec,e) from router log-probs
+    [S, B, R, L, E], mean over layers and tokens (every token, or those of ``mask`` [S, B, R]), [S]."""
+    return _token_mean((roll_logp.exp() * (roll_logp - rec_logp)).sum(-1), mask)
+
+
 class PackTrainer:
     """S seeds of one spec (``cfgs`` differ only in ``seed``) trained as one stacked model."""
 
@@ -300,21 +328,14 @@ class PackTrainer:
         out[M.IS_WEIGHT_MEAN] = torch.where(count > 0, w_sum / count.clamp(min=1), float("nan"))
         out[M.IS_WEIGHT_MAX] = torch.where(count > 0, w.masked_fill(~om, float("-inf")).flatten(1).amax(1),
                                            float("nan"))
-        ess = w_sum ** 2 / (count.clamp(min=1) * (w * w * om).flatten(1).sum(1))
-        out[M.IS_ESS] = torch.where(count > 0, ess, 0.0)
+        out[M.IS_ESS] = is_ess(w, om)
         kept = seeds(old.mask * (old.weight != 0)).flatten(1).sum(1)
         out[M.IS_MASKED_FRAC] = 1.0 - kept / m.flatten(1).sum(1)
 
         if roll.routed_experts is not None and rec.selected is not None:
-            pl = self.task.prompt_len
-            roll_sel = roll.routed_experts[:, pl - 1:-1].sort(-1).values
-            flips = (roll_sel != rec.selected.sort(-1).values).any(-1).any(-1).float()
-            known = policy  # a position left without routing (replay_on_miss=missing) has no rollout routing to compare
-            if policy is not None:
-                known = policy * seeds((roll_sel >= 0).all(-1).all(-1).float())
-            out[M.MOE_ROUTING_FLIP_RATE] = _token_mean(seeds(flips), known)
-            p_roll = roll.router_logp
-            out[M.MOE_ROUTER_KL] = _token_mean(seeds((p_roll.exp() * (p_roll - rec.router_logp)).sum(-1)), policy)
+            roll_sel = seeds(roll.routed_experts[:, self.task.prompt_len - 1:-1])  # the predicting positions
+            out[M.MOE_ROUTING_FLIP_RATE] = routing_flip_rate(roll_sel, seeds(rec.selected), policy)
+            out[M.MOE_ROUTER_KL] = router_kl(seeds(roll.router_logp), seeds(rec.router_logp), policy)
         if roll.routing_origin is not None:  # multi-turn MoE: what the prefix cache left of the sampling-time routing
             out[M.MOE_REPLAY_COVERAGE], out[M.MOE_REPLAY_DRIFT] = replay_coverage(seeds(roll.tokens),
                                                                                   seeds(roll.routing_origin), PAD)
