@@ -175,36 +175,36 @@ ABLATION = NAMES  # every registered estimator (sweeps/ablation20.yaml runs them
 
 def bench_packs(size: int, steps: int, workdir: Path) -> dict:
     """Seconds per training step of one seed alone (a pack of one) and of a pack of ``size`` seeds,
-    interleaved, with their MLflow logging into a sqlite store as each does it: alone one
-    ``log_batch`` per step (``harness.run``), the pack batched per seed (``pack._Buffer``), its one
-    flush at the end spread over the measured steps (conservative: a run flushes every ~30 steps)."""
-    from harness.backends.local.pack import _Buffer
+    interleaved, with their MLflow logging into a sqlite store as both loops do it: per seed, whole steps
+    batched (``harness.tracking.StepBuffer``), the flushes at the end spread over the measured steps
+    (conservative: a run flushes before every checkpoint, every 10 steps)."""
     from harness.backends.local.trainer import PackTrainer
-    from harness.tracking import Tracker
+    from harness.tracking import StepBuffer, Tracker
 
     out: dict = {}
     for name, ov in PACK_SPECS.items():
         cfgs = [load(ov + [f"seed={s}"]) for s in range(size)]
         alone, pack = PackTrainer(cfgs[:1], torch.device("cpu")), PackTrainer(cfgs, torch.device("cpu"))
         trackers = [Tracker(f"sqlite:///{workdir / 'packs.db'}", "benchmark_packs") for _ in range(size)]
-        buffers = [_Buffer(t) for t in trackers]
+        alone_tracker = Tracker(f"sqlite:///{workdir / 'packs.db'}", "benchmark_packs")
+        buffers = {"alone": [StepBuffer(alone_tracker)], "pack": [StepBuffer(t) for t in trackers]}
         times: dict[str, list[float]] = {"alone": [], "pack": []}
         for rep in range(steps + 1):  # the first step of each is a warm-up
             for label, trainer in (("alone", alone), ("pack", pack))[:: 1 if rep % 2 else -1]:
                 t0 = time.perf_counter()
                 values = trainer.run_step()
-                if label == "alone":
-                    trackers[0].log_step(trainer.step, values[0])
-                else:
-                    for buf, v in zip(buffers, values):
-                        buf.add(trainer.step, v)
+                for buf, v in zip(buffers[label], values):
+                    buf.add(trainer.step, v)
                 if rep:
                     times[label].append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        for buf in buffers:
-            buf.flush()
-        flush = (time.perf_counter() - t0) / (steps + 1)
-        a, p = statistics.median(times["alone"]), statistics.median(times["pack"]) + flush
+        flush = {}
+        for label, bufs in buffers.items():
+            t0 = time.perf_counter()
+            for buf in bufs:
+                buf.flush()
+            flush[label] = (time.perf_counter() - t0) / (steps + 1)
+        a = statistics.median(times["alone"]) + flush["alone"]
+        p = statistics.median(times["pack"]) + flush["pack"]
         out[name] = {"alone_s_per_step": a, "pack_s_per_step": p, "throughput_ratio": size * a / p}
     return out
 
@@ -226,7 +226,8 @@ def print_packs(res: dict, size: int, steps: int, run_steps: int, seeds: int, wo
     est = {"runs": len(ABLATION) * seeds, "alone_min": cpu_alone / workers / 60, "packed_min": cpu_pack / workers / 60}
     print(f"  ablation estimate: {len(ABLATION)} estimators x {seeds} seeds = {est['runs']} runs x {run_steps} steps on "
           f"{workers} workers: {est['alone_min']:.0f} min as separate runs, {est['packed_min']:.0f} min in packs of "
-          f"{size} (mean_n's measured cost for mean_n, recompute's for the other 8; warm starts not included)")
+          f"{size} (mean_n's measured cost for mean_n, recompute's for the other {len(ABLATION) - 1}; warm starts not "
+          "included)")
     return est
 
 
