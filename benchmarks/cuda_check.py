@@ -26,6 +26,8 @@ def make(device: str, estimator: dict, model: dict | None = None) -> RunConfig:
     return validate(cfg)
 
 
+ESTIMATORS = [{"name": "recompute"}, {"name": "mean_n", "n": 8}, {"name": "r3"},
+              {"name": "tis", "clip_c": 2.0, "level": "token"}, {"name": "deterministic", "noise": "removed"}]
 BIG = {"name": "moe_big", "d_model": 256, "n_layers": 4, "n_heads": 8, "n_experts": 16, "top_k": 4, "d_expert": 256}
 DENSE = {"name": "dense_tiny", "kind": "dense"}
 
@@ -41,12 +43,10 @@ def main() -> None:
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     if "cuda" in devices:
         print("cuda device:", torch.cuda.get_device_name(0), "torch", torch.__version__)
-    ests = [{"name": "recompute"}, {"name": "mean_n", "n": 8}, {"name": "r3"}, {"name": "tis", "clip_c": 2.0, "level": "token"},
-            {"name": "deterministic"}]
     print("| device | estimator | model | s/step | reward first -> last | k3 last | routing flips |")
     print("|---|---|---|---|---|---|---|")
     for dev in devices:
-        for est in ests:
+        for est in ESTIMATORS:
             for model in (None, BIG):
                 cfg = make(dev, est, model)
                 tr = LocalTrainer(cfg, torch.device(dev))

@@ -43,3 +43,18 @@ def test_the_check_finds_a_name_that_does_not_exist(tmp_path):
     bad.write_text("def f():\n    from harness.tracking import NoSuchThing\n")
     assert project_imports(bad) == [("harness.tracking", "NoSuchThing", 2)]
     assert not hasattr(importlib.import_module("harness.tracking"), "NoSuchThing")
+
+
+def test_the_cuda_check_specs_are_valid():
+    """``benchmarks/cuda_check.py`` runs only where a GPU is lent: its specs must still validate here (it broke
+    when ``deterministic`` gained its required ``noise`` knob)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import cuda_check
+    finally:
+        sys.path.pop(0)
+    for est in cuda_check.ESTIMATORS:
+        for model in (None, cuda_check.BIG):
+            assert cuda_check.make("cpu", est, model).estimator.name == est["name"]
