@@ -132,8 +132,8 @@ class RunRecord:
             raise RunFolderError(f"run folder {d}: exists and is not a folder; choose another out_dir")
         if self.rerun:
             self._archive(IDENTITY_FILE, SUMMARY_FILE, CHECKPOINT_FILE)
-        found = [(IDENTITY_FILE, _read_json(self.identity_path))]
-        summary = _read_json(self.summary_path)
+        found = [(IDENTITY_FILE, read_json(self.identity_path))]
+        summary = read_json(self.summary_path)
         if summary is not None:
             found.append((SUMMARY_FILE, summary.get("identity") or {"signature": summary.get("signature")}))
         if self.checkpoint_path.exists():
@@ -177,11 +177,7 @@ class RunRecord:
 
     def _check_checkpoint_run(self, client) -> None:
         run_id = self.state["identity"].get("run_id")
-        try:
-            run = client.get_run(run_id)
-        except Exception:  # noqa: BLE001 - not in this store
-            run = None
-        if run is None or run.info.lifecycle_stage != "active":
+        if active_run(client, run_id) is None:
             raise IdentityError(f"{self.checkpoint_path} resumes MLflow run {run_id}, which is not in the store "
                                 f"{self.identity.tracking_uri!r} (a new store, or a deleted run): --rerun to start over")
 
@@ -190,7 +186,7 @@ class RunRecord:
         from harness.summary import RunSummary
 
         names = [f.name for f in fields(RunSummary)]
-        local = _read_json(self.summary_path)
+        local = read_json(self.summary_path)
         if local is not None and local.get("run_id") == run.info.run_id:
             return RunSummary(**{k: local[k] for k in names})
         try:
@@ -303,7 +299,17 @@ class RunRecord:
                     raise RunFolderError(f"cannot move {p} aside: {exc.strerror or exc}") from None
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def active_run(client, run_id: str | None):
+    """The active (not deleted) MLflow run ``run_id`` of ``client``'s store, else None."""
+    try:
+        run = client.get_run(run_id)
+    except Exception:  # noqa: BLE001 - not in this store
+        return None
+    return run if run.info.lifecycle_stage == "active" else None
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A run folder's JSON file (None when absent); unreadable: RunFolderError naming it."""
     try:
         data = json.loads(path.read_text())
     except (FileNotFoundError, NotADirectoryError):

@@ -86,25 +86,40 @@ def test_a_new_store_with_the_old_runs_folder_trains_again_into_the_new_store(ti
     assert run.data.tags["spec_sig"] == load(over).signature
 
 
-def test_sweep_counts_a_run_finished_only_when_its_store_says_so(tmp_path):
-    """A summary.json left in a folder (another store's) is not "finished"; a FINISHED run in the store is."""
+def _one_run_sweep(tmp_path, experiment: str, stale_summary: bool = False):
+    """(spec, run, client): a one-run local sweep of tiny.yaml logging to a fresh store's ``experiment`` (created);
+    ``stale_summary``: its folder already holds another store's summary.json."""
     sys.path.insert(0, str(ROOT / "tests" / "launch"))
     from launch_helpers import SWEEPS, where
 
-    from harness.launch import sweep
     from harness.launch.expand import validate
     from harness.launch.spec import load_spec
 
     uri = f"sqlite:///{tmp_path}/sweep.db"
     spec = load_spec(str(SWEEPS / "tiny.yaml"), ["launcher=local", "grid.estimator=[recompute]", "seeds=[0]",
-                                                       *where(tmp_path, uri, "stale")])
+                                                       *where(tmp_path, uri, experiment)])
     (run,) = validate(spec)
-    run.cfg.run_dir.mkdir(parents=True)
-    (run.cfg.run_dir / "summary.json").write_text('{"run_id": "gone", "status": "finished"}')
-    assert [d.action for d in sweep.plan(spec, [run])] == ["submit"]
+    if stale_summary:
+        run.cfg.run_dir.mkdir(parents=True)
+        (run.cfg.run_dir / "summary.json").write_text('{"run_id": "gone", "status": "finished"}')
     client = MlflowClient(uri)
-    mrun = client.create_run(client.create_experiment("stale"),
-                             tags={"spec_sig": run.signature, "seed": str(run.cfg.seed)})
+    client.create_experiment(experiment)
+    return spec, run, client
+
+
+def _store_run(client, experiment: str, run, **tags):
+    """An MLflow run of ``run``'s signature and seed in ``experiment`` (left RUNNING)."""
+    return client.create_run(client.get_experiment_by_name(experiment).experiment_id,
+                             tags={"spec_sig": run.signature, "seed": str(run.cfg.seed), **tags})
+
+
+def test_sweep_counts_a_run_finished_only_when_its_store_says_so(tmp_path):
+    """A summary.json left in a folder (another store's) is not "finished"; a FINISHED run in the store is."""
+    from harness.launch import sweep
+
+    spec, run, client = _one_run_sweep(tmp_path, "stale", stale_summary=True)
+    assert [d.action for d in sweep.plan(spec, [run])] == ["submit"]
+    mrun = _store_run(client, "stale", run)
     assert [d.action for d in sweep.plan(spec, [run])] == ["submit"]  # RUNNING is not finished
     client.set_terminated(mrun.info.run_id, "FINISHED")
     assert [d.action for d in sweep.plan(spec, [run])] == ["finished"]
@@ -113,21 +128,11 @@ def test_sweep_counts_a_run_finished_only_when_its_store_says_so(tmp_path):
 def test_a_pruned_trial_does_not_answer_its_spec(tmp_path):
     """A tune trial pruned after a few steps ends FINISHED (tag status=pruned): neither a sweep nor a run of the
     same spec and seed takes it for the finished run (it would answer with a truncated result)."""
-    sys.path.insert(0, str(ROOT / "tests" / "launch"))
-    from launch_helpers import SWEEPS, where
-
     from harness import store
     from harness.launch import sweep
-    from harness.launch.expand import validate
-    from harness.launch.spec import load_spec
 
-    uri = f"sqlite:///{tmp_path}/sweep.db"
-    spec = load_spec(str(SWEEPS / "tiny.yaml"), ["launcher=local", "grid.estimator=[recompute]", "seeds=[0]",
-                                                       *where(tmp_path, uri, "tuned")])
-    (run,) = validate(spec)
-    client = MlflowClient(uri)
-    mrun = client.create_run(client.create_experiment("tuned"),
-                             tags={"spec_sig": run.signature, "seed": str(run.cfg.seed), "status": "pruned"})
+    spec, run, client = _one_run_sweep(tmp_path, "tuned")
+    mrun = _store_run(client, "tuned", run, status="pruned")
     client.set_terminated(mrun.info.run_id, "FINISHED")
     assert [d.action for d in sweep.plan(spec, [run])] == ["submit"]
     assert store.finished_run(client, "tuned", run.signature, run.cfg.seed) is None
@@ -281,23 +286,10 @@ def test_sigterm_ends_the_run_killed_with_a_checkpoint_and_kill_9_resumes_into_t
 
 def test_status_calls_a_run_finished_only_when_its_store_says_so(tmp_path):
     """``harness.status`` agrees with the sweep: a summary.json of another store in the folder is not "finished"."""
-    sys.path.insert(0, str(ROOT / "tests" / "launch"))
-    from launch_helpers import SWEEPS, where
-
-    from harness.launch.expand import validate
-    from harness.launch.spec import load_spec
     from harness.launch.status import sweep_status
 
-    uri = f"sqlite:///{tmp_path}/sweep.db"
-    spec = load_spec(str(SWEEPS / "tiny.yaml"), ["launcher=local", "grid.estimator=[recompute]", "seeds=[0]",
-                                                       *where(tmp_path, uri, "stale")])
-    (run,) = validate(spec)
-    run.cfg.run_dir.mkdir(parents=True)
-    (run.cfg.run_dir / "summary.json").write_text('{"run_id": "gone", "status": "finished"}')
-    client = MlflowClient(uri)
-    client.create_experiment("stale")
+    spec, run, client = _one_run_sweep(tmp_path, "stale", stale_summary=True)
     assert [s.state for s in sweep_status(spec)] == ["not submitted"]
-    mrun = client.create_run(client.get_experiment_by_name("stale").experiment_id,
-                             tags={"spec_sig": run.signature, "seed": str(run.cfg.seed)})
+    mrun = _store_run(client, "stale", run)
     client.set_terminated(mrun.info.run_id, "FINISHED")
     assert [s.state for s in sweep_status(spec)] == ["finished"]

@@ -57,13 +57,10 @@ def sweep_status(spec: SweepSpec) -> list[RunStatus]:
     uri = runs[0].cfg.tracking_uri
     try:
         progress = mlflow_progress(uri, spec.experiment, [r.signature for r in runs])
+        finished = finished_in_store(spec, runs)  # what the sweep skips: finished in this store, not a folder's file
     except Exception as exc:  # noqa: BLE001 - status must still show the scheduler's view
         print(f"warning: cannot read MLflow at {uri}: {exc}", file=sys.stderr)
-        progress = {}
-    try:
-        finished = finished_in_store(spec, runs)  # what the sweep skips: finished in this store, not a folder's file
-    except Exception:  # noqa: BLE001 - unreachable store: warned above
-        finished = set()
+        progress, finished = {}, set()
     acfg = AnalysisConfig()
     rows = []
     for r in runs:

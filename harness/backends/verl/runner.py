@@ -20,7 +20,8 @@ from harness import store
 from harness.config import ConfigError, RunConfig
 from harness.backends.verl import data, translate
 from harness.provenance import git_commit
-from harness.record import SUMMARY_FILE, Identity, IdentityError, RunFolderError, RunRecord, _read_json
+from harness.record import (SUMMARY_FILE, Identity, IdentityError, RunFolderError, RunRecord, active_run,
+                            read_json)
 from harness.tags import run_tags
 from harness.backends.verl.config import validate
 
@@ -155,12 +156,12 @@ class VerlRecord(RunRecord):
         if not path.exists():
             return None
         run_id, uri = path.read_text().strip(), self.identity.tracking_uri
-        run = _run(client, run_id)
+        run = active_run(client, run_id)
         if run is None:
             raise IdentityError(f"{path} names MLflow run {run_id}, which is not in the store {uri!r} (another store, "
                                 f"or a deleted run): set tracking.uri to its store to resume it, or --rerun to start "
                                 f"over in this one")
-        sig, exp = run.data.tags.get("spec_sig"), client.get_experiment(run.info.experiment_id).name
+        sig, exp = _spec_of(client, run)
         if (sig, exp) != (self.identity.signature, self.identity.experiment):
             raise IdentityError(f"{path} names MLflow run {run_id} of another run (spec_sig={sig!r}, experiment="
                                 f"{exp!r}); use another out_dir for this one, or --rerun to set the old files aside "
@@ -183,18 +184,14 @@ class VerlRecord(RunRecord):
         return data
 
 
-def _run(client, run_id: str | None):
-    """The active MLflow run ``run_id`` of this store, else None."""
-    try:
-        run = client.get_run(run_id)
-    except Exception:  # noqa: BLE001 - not in this store
-        return None
-    return run if run.info.lifecycle_stage == "active" else None
+def _spec_of(client, run) -> tuple[str | None, str]:
+    """(spec_sig, experiment name) of an MLflow run: whose run it is."""
+    return run.data.tags.get("spec_sig"), client.get_experiment(run.info.experiment_id).name
 
 
 def summary(cfg: RunConfig) -> dict[str, Any] | None:
     """The folder's ``summary.json`` if it is this spec's in this store (its identity), else None."""
-    data = _read_json(cfg.run_dir / SUMMARY_FILE)
+    data = read_json(cfg.run_dir / SUMMARY_FILE)
     ident = (data or {}).get("identity") or {}
     if data is None or ident.get("tracking_uri") != cfg.tracking_uri or Identity.of(cfg).differences(ident):
         return None
@@ -208,13 +205,10 @@ def finished(client, cfg: RunConfig, after_ms: int = 0) -> dict[str, Any] | None
         data = summary(cfg)
     except RunFolderError:  # unreadable: no answer (train() names the file)
         return None
-    run = _run(client, (data or {}).get("run_id"))
+    run = active_run(client, (data or {}).get("run_id"))
     if run is None or run.info.status != "FINISHED" or run.info.start_time < after_ms:
         return None
-    if (run.data.tags.get("spec_sig"), client.get_experiment(run.info.experiment_id).name) != \
-            (cfg.signature, cfg.tracking.experiment):
-        return None
-    return data
+    return data if _spec_of(client, run) == (cfg.signature, cfg.tracking.experiment) else None
 
 
 def _tracker(cfg: RunConfig, commit: str, run_id: str | None = None) -> "Tracker":
