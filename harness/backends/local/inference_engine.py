@@ -302,22 +302,17 @@ class InferenceEngine:
 
     def _experts(self, p: str, x: Tensor, key: Tensor, gates: Tensor, dest: Tensor) -> Tensor:
         """Gated outputs ``round(gate * expert(x))`` [M k, d] of the selected experts of tokens x
-        [M, d] (``key`` = seed * E + expert, ``gates``: [M k]), written to rows ``dest``. One
-        grouped matmul: the (token, slot) pairs sorted by (seed, expert) into a zero-padded
-        [S E, capacity, d] batch (a row's result does not depend on the padding)."""
+        [M, d] (``key`` = seed * E + expert, ``gates``: [M k]), written to rows ``dest``. The (token, slot)
+        pairs sorted by (seed, expert), each group's rows multiplied by its weights in one grouped GEMM
+        (``grouped_mm``, no padding: a row's result is bitwise that of a zero-padded batched GEMM)."""
         act, w_gu, w_down = self.act, self.w[p + "w_gate_up"], self.w[p + "w_down_flat"]
         m, d = x.shape
         groups, f, k = w_gu.shape[0], w_down.shape[1], key.numel() // m
         order = key.argsort(stable=True)
-        group = key[order]
-        counts = torch.bincount(key, minlength=groups)
-        cap = int(counts.max())
-        row = group * cap + torch.arange(m * k, device=x.device) - (counts.cumsum(0) - counts)[group]
-        xe = x.new_zeros(groups * cap, d).index_copy_(0, row, x.index_select(0, order // k)).view(groups, cap, d)
-        gu = torch.bmm(xe.float(), w_gu).to(act)  # [S E, C, 2f]
-        h = F.silu(gu[..., :f]) * gu[..., f:]  # dtype ops: each rounded
-        ye = torch.bmm(h.float(), w_down).to(act).view(groups * cap, d).index_select(0, row)
-        ye = ye * gates.index_select(0, order)[:, None]
+        offs = torch.bincount(key, minlength=groups).cumsum(0).to(torch.int32)
+        gu = F.grouped_mm(x.index_select(0, order // k).float(), w_gu, offs=offs).to(act)  # [M k, 2f]
+        h = F.silu(gu[:, :f]) * gu[:, f:]  # dtype ops: each rounded
+        ye = F.grouped_mm(h.float(), w_down, offs=offs).to(act) * gates.index_select(0, order)[:, None]
         return torch.empty_like(ye).index_copy_(0, dest.index_select(0, order), ye)
 
     def _forward(self, call: _Call, tokens: Tensor, start: int, cache: _Cache | list | None, capacity: int = 0,

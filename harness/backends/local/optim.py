@@ -31,26 +31,38 @@ class PackAdamW:
 
     @torch.no_grad()
     def step(self, active: Tensor) -> None:
-        """One update of the seeds where ``active`` [S] (bool) is true."""
+        """One update of the seeds where ``active`` [S] (bool) is true: in place over all parameters at once
+        (``torch._foreach_*``, per element exactly the arithmetic of the formula above; tests/test_golden.py holds
+        it bitwise); a seed that skips gets its parameters and moments back."""
         b1, b2 = self.betas
         self.t += active.cpu().double()
         t = self.t.clamp(min=1)
-        dev = next(iter(self.params.values())).device
+        keys = list(self.params)
+        ps, gs = [self.params[k] for k in keys], [self.params[k].grad for k in keys]
+        ms, vs = [self.m[k] for k in keys], [self.v[k] for k in keys]
+        dev = ps[0].device
         step_size = (self.lr / (1 - b1 ** t)).float().to(dev)  # [S]
         bc2_sqrt = torch.sqrt(1 - b2 ** t).float().to(dev)
-        active = active.to(dev)
-        for k, p in self.params.items():
-            shape = (-1, *([1] * (p.dim() - 1)))
-            g, m, v = p.grad, self.m[k], self.v[k]
-            a = active.view(shape)
-            new_p = p * (1 - self.lr * self.wd) if self.wd else p
-            new_m = m * b1 + g * (1 - b1)
-            new_v = v * b2 + (g * g) * (1 - b2)
-            denom = torch.sqrt(new_v) / bc2_sqrt.view(shape) + self.eps
-            new_p = new_p - (new_m / denom) * step_size.view(shape)
-            p.copy_(torch.where(a, new_p, p))
-            m.copy_(torch.where(a, new_m, m))
-            v.copy_(torch.where(a, new_v, v))
+        shapes = [(-1, *([1] * (p.dim() - 1))) for p in ps]
+        skip = not bool(active.all())
+        kept = [[x.clone() for x in xs] for xs in (ps, ms, vs)] if skip else None
+        if self.wd:
+            torch._foreach_mul_(ps, 1 - self.lr * self.wd)
+        torch._foreach_mul_(ms, b1)
+        torch._foreach_add_(ms, torch._foreach_mul(gs, 1 - b1))
+        torch._foreach_mul_(vs, b2)
+        torch._foreach_add_(vs, torch._foreach_mul(torch._foreach_mul(gs, gs), 1 - b2))
+        denom = torch._foreach_sqrt(vs)
+        torch._foreach_div_(denom, [bc2_sqrt.view(s) for s in shapes])
+        torch._foreach_add_(denom, self.eps)
+        step = torch._foreach_div(ms, denom)
+        torch._foreach_mul_(step, [step_size.view(s) for s in shapes])
+        torch._foreach_sub_(ps, step)
+        if skip:
+            active = active.to(dev)
+            for xs, olds in zip((ps, ms, vs), kept):
+                for i, (x, old) in enumerate(zip(xs, olds)):
+                    x.copy_(torch.where(active.view(shapes[i]), x, old))
 
     def state(self, s: int) -> dict:
         return {"t": float(self.t[s]), "m": {k: x[s].clone() for k, x in self.m.items()},

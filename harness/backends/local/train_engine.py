@@ -72,11 +72,38 @@ def _moe(w: dict, p: str, x: Tensor, top_k: int, replay: Tensor | None) -> tuple
     return torch.stack(outs), logits, selected
 
 
+class _GroupedMM(torch.autograd.Function):
+    """y = x @ w[group] for rows x [M, K] sorted by group (``offs``: each group's end row), one grouped GEMM
+    without padding (``torch.nn.functional.grouped_mm``). A row's result, and its input gradient, are bitwise
+    those of the same row in a zero-padded [G, cap, K] batched GEMM; the weight gradient is computed as that
+    padded batch's (``xe^T @ grad``, ``row``: each row's place in it), whose reduction runs over ``cap`` rows: the
+    arithmetic, and so the curves, of the padded grouped GEMM this replaced (tests/test_golden.py)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, w: Tensor, offs: Tensor, row: Tensor, cap: int) -> Tensor:
+        ctx.save_for_backward(x, w, offs, row)
+        ctx.cap = cap
+        return F.grouped_mm(x, w, offs=offs)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        x, w, offs, row = ctx.saved_tensors
+        gx = gw = None
+        if ctx.needs_input_grad[0]:
+            gx = F.grouped_mm(grad.contiguous(), w.transpose(-2, -1), offs=offs)
+        if ctx.needs_input_grad[1]:
+            g, cap = w.shape[0], ctx.cap
+            xe = x.new_zeros(g * cap, x.shape[1]).index_copy_(0, row, x).view(g, cap, -1)
+            ge = grad.new_zeros(g * cap, grad.shape[1]).index_copy_(0, row, grad).view(g, cap, -1)
+            gw = xe.transpose(1, 2).bmm(ge)
+        return gx, gw, None, None, None
+
+
 def _experts(x: Tensor, selected: Tensor, gates: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
-    """One seed's selected experts as a grouped GEMM: the (token, slot) pairs sorted by expert into
-    a zero-padded [E, capacity, d] batch (capacity from this seed's routing only, so a seed's
-    arithmetic, gradients included, does not depend on its pack); outputs scaled by their gates and
-    summed per token in ascending expert order (fixed: deterministic)."""
+    """One seed's selected experts as grouped GEMMs: the (token, slot) pairs sorted by expert, each expert's rows
+    multiplied by its weights (``_GroupedMM``: the arithmetic of a zero-padded [E, capacity, d] batch, capacity
+    from this seed's routing only, so a seed's arithmetic, gradients included, does not depend on its pack);
+    outputs scaled by their gates and summed per token in ascending expert order (fixed: deterministic)."""
     n, d = x.shape
     e, _, f = w_gate.shape
     k = selected.shape[-1]
@@ -86,11 +113,11 @@ def _experts(x: Tensor, selected: Tensor, gates: Tensor, w_gate: Tensor, w_up: T
     counts = torch.bincount(flat, minlength=e)
     cap = int(counts.max())
     row = expert * cap + torch.arange(n * k, device=x.device) - (counts.cumsum(0) - counts)[expert]
+    offs = counts.cumsum(0).to(torch.int32)
     token = order // k
-    xe = x.new_zeros(e * cap, d).index_copy(0, row, x.index_select(0, token)).view(e, cap, d)
-    gu = torch.bmm(xe, torch.cat([w_gate, w_up], -1))  # [E, C, 2f]
-    h = F.silu(gu[..., :f]) * gu[..., f:]
-    y = torch.bmm(h, w_down).view(e * cap, d).index_select(0, row) * gates.reshape(-1)[order][:, None]
+    gu = _GroupedMM.apply(x.index_select(0, token), torch.cat([w_gate, w_up], -1), offs, row, cap)  # [n k, 2f]
+    h = F.silu(gu[:, :f]) * gu[:, f:]
+    y = _GroupedMM.apply(h, w_down, offs, row, cap) * gates.reshape(-1)[order][:, None]
     return x.new_zeros(n, d).index_add(0, token, y)
 
 
