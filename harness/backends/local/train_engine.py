@@ -67,22 +67,23 @@ def _moe(w: dict, p: str, x: Tensor, top_k: int, replay: Tensor | None) -> tuple
     y = sum_{e in top-k} g_e SwiGLU_e(x), only the selected experts computed."""
     logits = _bmm(x, w[p + "router"])  # [S, N, E]
     selected, gates = route(logits, top_k, replay)
-    outs = [_experts(x[s], selected[s], gates[s], w[p + "w_gate"][s], w[p + "w_up"][s], w[p + "w_down"][s])
-            for s in range(x.shape[0])]
-    return torch.stack(outs), logits, selected
+    y = _experts(x.reshape(-1, x.shape[-1]), selected, gates, w[p + "w_gate"], w[p + "w_up"], w[p + "w_down"])
+    return y.view(x.shape), logits, selected
 
 
 class _GroupedMM(torch.autograd.Function):
-    """y = x @ w[group] for rows x [M, K] sorted by group (``offs``: each group's end row), one grouped GEMM
-    without padding (``torch.nn.functional.grouped_mm``). A row's result, and its input gradient, are bitwise
-    those of the same row in a zero-padded [G, cap, K] batched GEMM; the weight gradient is computed as that
-    padded batch's (``xe^T @ grad``, ``row``: each row's place in it), whose reduction runs over ``cap`` rows: the
-    arithmetic, and so the curves, of the padded grouped GEMM this replaced (tests/test_golden.py)."""
+    """y = x @ w[group] for rows x [M, K] sorted by group (``offs``: each group's end row; w [S E, K, F]: E experts
+    of S seeds), one grouped GEMM without padding (``torch.nn.functional.grouped_mm``). A row's result, and its
+    input gradient, are bitwise those of the same row in a zero-padded batched GEMM. The weight gradient is each
+    seed's zero-padded batch's, ``xe_s^T @ grad_s`` with xe_s [E, cap_s, K] (``layout``: each seed's first row and
+    capacity cap_s = its largest expert count; ``row``: each row's place), whose reduction runs over the seed's
+    own cap_s rows: the arithmetic of the padded per-seed grouped GEMM this replaced (curves bit-identical:
+    tests/test_golden.py), and a seed's gradient does not depend on its pack."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, w: Tensor, offs: Tensor, row: Tensor, cap: int) -> Tensor:
+    def forward(ctx, x: Tensor, w: Tensor, offs: Tensor, row: Tensor, layout: tuple) -> Tensor:
         ctx.save_for_backward(x, w, offs, row)
-        ctx.cap = cap
+        ctx.layout = layout
         return F.grouped_mm(x, w, offs=offs)
 
     @staticmethod
@@ -92,33 +93,41 @@ class _GroupedMM(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             gx = F.grouped_mm(grad.contiguous(), w.transpose(-2, -1), offs=offs)
         if ctx.needs_input_grad[1]:
-            g, cap = w.shape[0], ctx.cap
-            xe = x.new_zeros(g * cap, x.shape[1]).index_copy_(0, row, x).view(g, cap, -1)
-            ge = grad.new_zeros(g * cap, grad.shape[1]).index_copy_(0, row, grad).view(g, cap, -1)
-            gw = xe.transpose(1, 2).bmm(ge)
+            e = w.shape[0] // len(ctx.layout)
+            total = sum(e * cap for _, cap in ctx.layout)
+            xe = x.new_zeros(total, x.shape[1]).index_copy_(0, row, x)
+            ge = grad.new_zeros(total, grad.shape[1]).index_copy_(0, row, grad)
+            gws = [xe[b:b + e * cap].view(e, cap, -1).transpose(1, 2).bmm(ge[b:b + e * cap].view(e, cap, -1))
+                   for b, cap in ctx.layout]
+            gw = gws[0] if len(gws) == 1 else torch.cat(gws)
         return gx, gw, None, None, None
 
 
 def _experts(x: Tensor, selected: Tensor, gates: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
-    """One seed's selected experts as grouped GEMMs: the (token, slot) pairs sorted by expert, each expert's rows
-    multiplied by its weights (``_GroupedMM``: the arithmetic of a zero-padded [E, capacity, d] batch, capacity
-    from this seed's routing only, so a seed's arithmetic, gradients included, does not depend on its pack);
-    outputs scaled by their gates and summed per token in ascending expert order (fixed: deterministic)."""
-    n, d = x.shape
-    e, _, f = w_gate.shape
-    k = selected.shape[-1]
-    flat = selected.reshape(-1)
-    order = flat.argsort(stable=True)
-    expert = flat[order]
-    counts = torch.bincount(flat, minlength=e)
-    cap = int(counts.max())
-    row = expert * cap + torch.arange(n * k, device=x.device) - (counts.cumsum(0) - counts)[expert]
+    """The selected experts of every seed as grouped GEMMs: x [S N, d] (seed-major), selected / gates [S, N, k],
+    weights [S, E, ...]. The (token, slot) pairs sorted by (seed, expert), each group's rows multiplied by its
+    weights (``_GroupedMM``: the arithmetic of a zero-padded [E, cap_s, d] batch per seed, cap_s from that seed's
+    routing only, so a seed's arithmetic, gradients included, does not depend on its pack); outputs scaled by
+    their gates and summed per token in ascending expert order (fixed: deterministic)."""
+    s_, n, k = selected.shape
+    e, d, f = w_gate.shape[1], w_gate.shape[2], w_gate.shape[3]
+    key = (selected + (torch.arange(s_, device=x.device) * e)[:, None, None]).reshape(-1)  # seed * E + expert
+    order = key.argsort(stable=True)
+    group = key[order]
+    counts = torch.bincount(key, minlength=s_ * e)
+    caps = counts.view(s_, e).amax(1)  # [S]
+    base = torch.cumsum(e * caps, 0) - e * caps  # each seed's first row in the padded layout
+    seed = group // e
+    pos = torch.arange(s_ * n * k, device=x.device) - (counts.cumsum(0) - counts)[group]  # place within its group
+    row = base[seed] + (group % e) * caps[seed] + pos
+    layout = tuple(zip(base.tolist(), caps.tolist()))
     offs = counts.cumsum(0).to(torch.int32)
     token = order // k
-    gu = _GroupedMM.apply(x.index_select(0, token), torch.cat([w_gate, w_up], -1), offs, row, cap)  # [n k, 2f]
+    w_gu = torch.cat([w_gate, w_up], -1).view(s_ * e, d, 2 * f)
+    gu = _GroupedMM.apply(x.index_select(0, token), w_gu, offs, row, layout)  # [S N k, 2f]
     h = F.silu(gu[:, :f]) * gu[:, f:]
-    y = _GroupedMM.apply(h, w_down, offs, row, cap) * gates.reshape(-1)[order][:, None]
-    return x.new_zeros(n, d).index_add(0, token, y)
+    y = _GroupedMM.apply(h, w_down.reshape(s_ * e, f, d), offs, row, layout) * gates.reshape(-1)[order][:, None]
+    return x.new_zeros(s_ * n, d).index_add(0, token, y)
 
 
 def forward(model: Policy | PolicyPack, tokens: Tensor, replay: Tensor | None = None) -> TrainOutput:
