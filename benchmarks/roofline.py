@@ -4,7 +4,8 @@
     python benchmarks/roofline.py estimator=mean_n estimator.n=8
 
 One torch thread, as a run. It records every matrix product of ``--steps`` training steps of the spec
-(``torch.utils.flop_counter``: the floating-point operations; a dispatch mode: the operand shapes), then
+(``torch.utils.flop_counter``, with a formula for the experts' grouped GEMMs: the floating-point operations; a
+dispatch mode: the operand shapes and group offsets), then
 times, side by side in this process:
 
 - the step itself (median of ``--reps`` steps);
@@ -35,6 +36,12 @@ if str(ROOT) not in sys.path:
 from harness.config import load  # noqa: E402
 
 GEMMS = {"aten.bmm.default", "aten.mm.default", "aten.addmm.default", "aten.baddbmm.default"}
+GROUPED = "aten._grouped_mm.default"  # the experts (no padding): x [M, K] @ w[group] [G, K, N], rows by group
+
+
+def _grouped_flops(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+    """FLOPs of a grouped GEMM: every row of x meets one [K, N] matrix (flop_counter has no formula for it)."""
+    return 2 * a_shape[0] * a_shape[1] * b_shape[-1]
 
 
 class _Shapes(TorchDispatchMode):
@@ -45,19 +52,23 @@ class _Shapes(TorchDispatchMode):
         self.calls: list[tuple] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = str(func)
+        name, kwargs = str(func), kwargs or {}
         if name in GEMMS:
             tensors = [a for a in args if isinstance(a, torch.Tensor)]
-            self.calls.append((func, tuple(tuple(t.shape) for t in tensors), tensors[0].dtype))
-        return func(*args, **(kwargs or {}))
+            self.calls.append((func, tuple(tuple(t.shape) for t in tensors), tensors[0].dtype, {}))
+        elif name == GROUPED:  # the group offsets are data: kept, so the replay has the same groups
+            a, b = args[0], args[1]
+            offs = kwargs.get("offs", args[2] if len(args) > 2 else None)
+            self.calls.append((func, (tuple(a.shape), tuple(b.shape)), a.dtype, {"offs": offs.clone()}))
+        return func(*args, **kwargs)
 
 
 def _replay(calls: list[tuple]) -> float:
     """Seconds to run the recorded products alone, in order, on fresh operands of their shapes."""
-    ops = [(func, [torch.randn(s, dtype=dt) for s in shapes]) for func, shapes, dt in calls]
+    ops = [(func, [torch.randn(s, dtype=dt) for s in shapes], kw) for func, shapes, dt, kw in calls]
     t = time.perf_counter()
-    for func, operands in ops:
-        func(*operands)
+    for func, operands, kw in ops:
+        func(*operands, **kw)
     return time.perf_counter() - t
 
 
@@ -94,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         if mean_n is not None:
             mean_n.run_step()
     shapes = _Shapes()
-    with FlopCounterMode(display=False) as counter, shapes:
+    with FlopCounterMode(display=False, custom_mapping={torch.ops.aten._grouped_mm: _grouped_flops}) as counter, shapes:
         for _ in range(args.steps):
             trainer.run_step()
     flops = counter.get_total_flops() / args.steps

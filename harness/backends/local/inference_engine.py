@@ -9,8 +9,8 @@
   product of two bf16 numbers is exact in float32, so this is the arithmetic of a bf16 GEMM with
   float32 accumulation, at float32 speed (native bf16 matmuls are ~40x slower on CPUs without
   AVX512-BF16);
-- MoE: every expert on every token as two flat matmuls (no Python loop over experts), then only the
-  top-k experts' outputs are combined, summed in a *random order per token and per call* with
+- MoE: only the top-k experts of each token, as two grouped GEMMs (no Python loop over experts); their
+  outputs are combined, summed in a *random order per token and per call* with
   accumulation in ``dtype`` (what GPU atomics / scatter_add do); the dense twin has no such term;
 - ``batch_variance``: every call picks a split-K factor s in {1, 2, 4} for its matmuls (as kernels
   pick tiles by batch shape): ``y = round(...round(round(P_1) + round(P_2))... + round(P_s))``
@@ -54,6 +54,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from harness.backends.local import prefix_cache
+from harness.backends.local.grouped import Layout, grouped
 from harness.backends.local.model import Policy, PolicyPack, rope_tables, stacked_weights
 from harness.config import InferenceConfig
 from harness.tasks.vocab import CALL_END, EOS, PAD
@@ -304,15 +305,16 @@ class InferenceEngine:
         """Gated outputs ``round(gate * expert(x))`` [M k, d] of the selected experts of tokens x
         [M, d] (``key`` = seed * E + expert, ``gates``: [M k]), written to rows ``dest``. The (token, slot)
         pairs sorted by (seed, expert), each group's rows multiplied by its weights in one grouped GEMM
-        (``grouped_mm``, no padding: a row's result is bitwise that of a zero-padded batched GEMM)."""
+        (``grouped.grouped``: each row bitwise as in a zero-padded [S E, capacity, d] batched GEMM)."""
         act, w_gu, w_down = self.act, self.w[p + "w_gate_up"], self.w[p + "w_down_flat"]
         m, d = x.shape
         groups, f, k = w_gu.shape[0], w_down.shape[1], key.numel() // m
         order = key.argsort(stable=True)
-        offs = torch.bincount(key, minlength=groups).cumsum(0).to(torch.int32)
-        gu = F.grouped_mm(x.index_select(0, order // k).float(), w_gu, offs=offs).to(act)  # [M k, 2f]
+        counts = torch.bincount(key, minlength=groups)
+        layout = Layout(counts, int(counts.max()))
+        gu = grouped(x.index_select(0, order // k).float(), w_gu, layout).to(act)  # [M k, 2f]
         h = F.silu(gu[:, :f]) * gu[:, f:]  # dtype ops: each rounded
-        ye = F.grouped_mm(h.float(), w_down, offs=offs).to(act) * gates.index_select(0, order)[:, None]
+        ye = grouped(h.float(), w_down, layout).to(act) * gates.index_select(0, order)[:, None]
         return torch.empty_like(ye).index_copy_(0, dest.index_select(0, order), ye)
 
     def _forward(self, call: _Call, tokens: Tensor, start: int, cache: _Cache | list | None, capacity: int = 0,

@@ -1,7 +1,7 @@
 """TrainEngine: the training side (as Megatron/FSDP): float32, full-sequence, deterministic.
 
-One causal forward over whole sequences. The MoE computes every expert densely and combines the
-top-k outputs in a fixed order, so the same input gives bitwise the same output. It returns the
+One causal forward over whole sequences. The MoE computes only the selected experts (grouped GEMMs) and
+combines the top-k outputs in a fixed order, so the same input gives bitwise the same output. It returns the
 router logits of every layer and accepts a routing replay (R3): with ``replay`` the selected
 experts are the given ones (``-1`` = use the own top-k at that position) and the gates are the
 softmax of the *training* router's logits over that set, so the gradient still reaches the router.
@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from harness.backends.local.grouped import GroupedMM, Layout
 from harness.backends.local.model import Policy, PolicyPack, apply_rope, rope_tables, stacked_weights
 from harness.estimators.base import PolicyForward
 
@@ -71,44 +72,12 @@ def _moe(w: dict, p: str, x: Tensor, top_k: int, replay: Tensor | None) -> tuple
     return y.view(x.shape), logits, selected
 
 
-class _GroupedMM(torch.autograd.Function):
-    """y = x @ w[group] for rows x [M, K] sorted by group (``offs``: each group's end row; w [S E, K, F]: E experts
-    of S seeds), one grouped GEMM without padding (``torch.nn.functional.grouped_mm``). A row's result, and its
-    input gradient, are bitwise those of the same row in a zero-padded batched GEMM. The weight gradient is each
-    seed's zero-padded batch's, ``xe_s^T @ grad_s`` with xe_s [E, cap_s, K] (``layout``: each seed's first row and
-    capacity cap_s = its largest expert count; ``row``: each row's place), whose reduction runs over the seed's
-    own cap_s rows: the arithmetic of the padded per-seed grouped GEMM this replaced (curves bit-identical:
-    tests/test_golden.py), and a seed's gradient does not depend on its pack."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, w: Tensor, offs: Tensor, row: Tensor, layout: tuple) -> Tensor:
-        ctx.save_for_backward(x, w, offs, row)
-        ctx.layout = layout
-        return F.grouped_mm(x, w, offs=offs)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        x, w, offs, row = ctx.saved_tensors
-        gx = gw = None
-        if ctx.needs_input_grad[0]:
-            gx = F.grouped_mm(grad.contiguous(), w.transpose(-2, -1), offs=offs)
-        if ctx.needs_input_grad[1]:
-            e = w.shape[0] // len(ctx.layout)
-            total = sum(e * cap for _, cap in ctx.layout)
-            xe = x.new_zeros(total, x.shape[1]).index_copy_(0, row, x)
-            ge = grad.new_zeros(total, grad.shape[1]).index_copy_(0, row, grad)
-            gws = [xe[b:b + e * cap].view(e, cap, -1).transpose(1, 2).bmm(ge[b:b + e * cap].view(e, cap, -1))
-                   for b, cap in ctx.layout]
-            gw = gws[0] if len(gws) == 1 else torch.cat(gws)
-        return gx, gw, None, None, None
-
-
 def _experts(x: Tensor, selected: Tensor, gates: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:
     """The selected experts of every seed as grouped GEMMs: x [S N, d] (seed-major), selected / gates [S, N, k],
     weights [S, E, ...]. The (token, slot) pairs sorted by (seed, expert), each group's rows multiplied by its
-    weights (``_GroupedMM``: the arithmetic of a zero-padded [E, cap_s, d] batch per seed, cap_s from that seed's
-    routing only, so a seed's arithmetic, gradients included, does not depend on its pack); outputs scaled by
-    their gates and summed per token in ascending expert order (fixed: deterministic)."""
+    weights (``grouped.GroupedMM``: the arithmetic of a zero-padded [E, cap_s, d] batch per seed, cap_s from that
+    seed's routing only, so a seed's arithmetic, gradients included, does not depend on its pack); outputs scaled
+    by their gates and summed per token in ascending expert order (fixed: deterministic)."""
     s_, n, k = selected.shape
     e, d, f = w_gate.shape[1], w_gate.shape[2], w_gate.shape[3]
     key = (selected + (torch.arange(s_, device=x.device) * e)[:, None, None]).reshape(-1)  # seed * E + expert
@@ -120,13 +89,13 @@ def _experts(x: Tensor, selected: Tensor, gates: Tensor, w_gate: Tensor, w_up: T
     seed = group // e
     pos = torch.arange(s_ * n * k, device=x.device) - (counts.cumsum(0) - counts)[group]  # place within its group
     row = base[seed] + (group % e) * caps[seed] + pos
-    layout = tuple(zip(base.tolist(), caps.tolist()))
-    offs = counts.cumsum(0).to(torch.int32)
+    seeds = tuple(zip(base.tolist(), caps.tolist()))
+    layout = Layout(counts, caps.repeat_interleave(e))
     token = order // k
     w_gu = torch.cat([w_gate, w_up], -1).view(s_ * e, d, 2 * f)
-    gu = _GroupedMM.apply(x.index_select(0, token), w_gu, offs, row, layout)  # [S N k, 2f]
+    gu = GroupedMM.apply(x.index_select(0, token), w_gu, layout, row, seeds)  # [S N k, 2f]
     h = F.silu(gu[:, :f]) * gu[:, f:]
-    y = _GroupedMM.apply(h, w_down.reshape(s_ * e, f, d), offs, row, layout) * gates.reshape(-1)[order][:, None]
+    y = GroupedMM.apply(h, w_down.reshape(s_ * e, f, d), layout, row, seeds) * gates.reshape(-1)[order][:, None]
     return x.new_zeros(s_ * n, d).index_add(0, token, y)
 
 
