@@ -1,0 +1,87 @@
+"""Does this code still reproduce stored runs? Retrain them and compare every logged value with the store.
+
+    python scripts/reproduce.py RUN_DIR [RUN_DIR ...] [--steps N]
+
+For each local run folder (``runs/<experiment>/<signature>``): the spec is rebuilt from its ``spec.yaml`` and must
+have the folder's signature (else the folder is another code's run: reported, not retrained); the run's MLflow run
+is the one its ``run.json`` names, in the store it names. The run is trained again from its warm start for its
+first N steps (default 30; 0 = all it logged) and every metric it logged at those steps, wall times excepted, is
+compared with the store **exactly** (float equality; NaN equals NaN). One line per run; exit status 0 when every
+value is equal, 1 when any differs or a run cannot be checked. A speed change that claims "numerics unchanged"
+(issue 13) is checked against the results' own runs this way, beyond ``tests/test_golden.py``'s tiny budgets.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from harness.record import IDENTITY_FILE, read_json  # noqa: E402
+
+SKIP = ("time/", "tokens/")  # wall times and throughput: not numerics
+
+
+def check(run_dir: Path, steps: int) -> tuple[bool, str]:
+    """(all equal, one line) for one run folder."""
+    import torch
+    import yaml
+    from mlflow.tracking import MlflowClient
+
+    from harness import metrics as M
+    from harness.backends.local.trainer import LocalTrainer
+    from harness.config import build
+
+    ident = read_json(run_dir / IDENTITY_FILE)
+    if ident is None or not (run_dir / "spec.yaml").exists():
+        return False, f"{run_dir}: no {IDENTITY_FILE} / spec.yaml: not a run folder"
+    cfg = build(yaml.safe_load((run_dir / "spec.yaml").read_text()))
+    if cfg.signature != ident["signature"]:
+        return False, (f"{run_dir}: its spec has signature {cfg.signature} with this code, the folder's is "
+                       f"{ident['signature']}: a run of other numerics or another spec layout, not comparable")
+    client = MlflowClient(ident["tracking_uri"])
+    keys = [k for k in client.get_run(ident["run_id"]).data.metrics if not k.startswith(SKIP)]
+    stored: dict[int, dict[str, float]] = {}
+    for key in keys:
+        for m in client.get_metric_history(ident["run_id"], key):
+            stored.setdefault(m.step, {})[key] = m.value
+    logged = sum(1 for values in stored.values() if M.REWARD_MEAN in values)  # training steps (not the summary's)
+    n = logged if steps == 0 else min(steps, logged)
+    trainer = LocalTrainer(cfg, torch.device("cpu"))
+    compared, first = 0, None
+    differ = 0
+    for step in range(n):
+        for key, value in trainer.run_step().items():
+            if key not in stored.get(step, {}):
+                continue
+            got, want = float(value), stored[step][key]
+            compared += 1
+            if not (got == want or (got != got and want != want)):
+                differ += 1
+                first = first or f"first at step {step}: {key} {got!r} here, {want!r} stored"
+    line = (f"{run_dir}: {cfg.estimator.name} seed {cfg.seed}, {n} steps, {compared} values compared, "
+            f"{differ} differ" + (f" ({first})" if first else ""))
+    return differ == 0 and compared > 0, line
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run_dirs", nargs="+", type=Path)
+    ap.add_argument("--steps", type=int, default=30, help="steps retrained per run (0 = every logged step)")
+    args = ap.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(1)
+    ok = True
+    for run_dir in args.run_dirs:
+        good, line = check(run_dir, args.steps)
+        ok &= good
+        print(line, flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
