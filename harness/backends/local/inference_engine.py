@@ -47,6 +47,7 @@ every position (prompt, call, observation, answer), and ``Rollout.mask`` marks t
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
@@ -255,6 +256,19 @@ class InferenceEngine:
                 w[p + "w_gate_up"] = torch.cat([w[p + "w_gate"], w[p + "w_up"]], -1).reshape(s_ * e, d, 2 * f)
                 w[p + "w_down_flat"] = w[p + "w_down"].reshape(s_ * e, f, d)
         self.w = w
+
+    def seed_view(self, s: int) -> "InferenceEngine":
+        """The engine of seed ``s`` of a pack alone: its weights, projections, scale and generators (views, no
+        copies). What it computes for seed s is bitwise what the pack computes for it."""
+        view = copy.copy(self)
+        e = self.mcfg.n_experts
+        view.w = {k: v[s * e:(s + 1) * e] if k.endswith(("w_gate_up", "w_down_flat")) else v[s:s + 1]
+                  for k, v in self.w.items()}
+        view.frozen = {k: v[s:s + 1] for k, v in self.frozen.items()}
+        view.scale = None if self.scale is None else self.scale[s:s + 1]
+        view.sample_gens, view.noise_gens = [self.sample_gens[s]], [self.noise_gens[s]]
+        view.cache_gens = [self.cache_gens[s]]
+        return view
 
     def state(self, s: int = 0) -> dict:
         return {"sample_gen": self.sample_gens[s].get_state(), "noise_gen": self.noise_gens[s].get_state(),
@@ -538,7 +552,11 @@ class InferenceEngine:
         if single:
             tokens = tokens[None]
         s_, b, t = tokens.shape
-        call = _Call(self.cfg, generator or self.noise_gens, n, self.r)
+        gens = generator or self.noise_gens
+        if s_ > 1:  # a pack: seed by seed (each seed's rows and draws are its own: bitwise the same; n x B rows
+            gens = gens if isinstance(gens, (list, tuple)) else [gens]  # of one seed stay cache-sized, S x n x B not)
+            return torch.stack([self.seed_view(i).score(tokens[i], prompt_len, n, gens[i]) for i in range(s_)])
+        call = _Call(self.cfg, gens, n, self.r)
         inputs = tokens[:, None, :, :-1].expand(s_, n, b, t - 1).reshape(s_ * n, b, t - 1)  # last: predicts nothing
         logits, _, _ = self._forward(call, inputs, 0, None, keep_from=prompt_len - 1)
         model_logp = self._model_logp(logits)
