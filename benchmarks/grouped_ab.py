@@ -133,10 +133,10 @@ def main(argv: list[str] | None = None) -> int:
             with before():
                 va = a.run_step()
             vb = b.run_step()
-        same = [k for k in va if not k.startswith(("time/", "tokens/"))
-                and not (va[k] == vb[k] or (va[k] != va[k] and vb[k] != vb[k]))]
-        if same:
-            raise SystemExit(f"step {i}: the two implementations logged different values: {same[:5]}")
+        differ = [k for k in va if not k.startswith(("time/", "tokens/"))
+                  and not (va[k] == vb[k] or (va[k] != va[k] and vb[k] != vb[k]))]
+        if differ:
+            raise SystemExit(f"step {i}: the two implementations logged different values: {differ[:5]}")
         if i >= args.warmup:
             for name, key in PHASES.items():
                 times["A"][name].append(va[key])

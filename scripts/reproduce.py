@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from harness.record import IDENTITY_FILE, read_json  # noqa: E402
+from harness.record import IDENTITY_FILE, active_run, read_json  # noqa: E402
 
 SKIP = ("time/", "tokens/")  # wall times and throughput: not numerics
 
@@ -33,17 +33,25 @@ def check(run_dir: Path, steps: int) -> tuple[bool, str]:
 
     from harness import metrics as M
     from harness.backends.local.trainer import LocalTrainer
-    from harness.config import build
+    from harness.config import ConfigError, build
 
     ident = read_json(run_dir / IDENTITY_FILE)
     if ident is None or not (run_dir / "spec.yaml").exists():
         return False, f"{run_dir}: no {IDENTITY_FILE} / spec.yaml: not a run folder"
-    cfg = build(yaml.safe_load((run_dir / "spec.yaml").read_text()))
+    try:
+        cfg = build(yaml.safe_load((run_dir / "spec.yaml").read_text()))
+    except ConfigError as exc:
+        return False, f"{run_dir}: its spec is not valid for this code ({exc}): not comparable"
+    if cfg.backend.name != "local":
+        return False, f"{run_dir}: a {cfg.backend.name} run; only local runs are retrained here"
     if cfg.signature != ident["signature"]:
         return False, (f"{run_dir}: its spec has signature {cfg.signature} with this code, the folder's is "
                        f"{ident['signature']}: a run of other numerics or another spec layout, not comparable")
     client = MlflowClient(ident["tracking_uri"])
-    keys = [k for k in client.get_run(ident["run_id"]).data.metrics if not k.startswith(SKIP)]
+    run = active_run(client, ident.get("run_id"))
+    if run is None:
+        return False, f"{run_dir}: MLflow run {ident.get('run_id')} is not in the store {ident['tracking_uri']!r}"
+    keys = [k for k in run.data.metrics if not k.startswith(SKIP)]
     stored: dict[int, dict[str, float]] = {}
     for key in keys:
         for m in client.get_metric_history(ident["run_id"], key):
@@ -51,8 +59,7 @@ def check(run_dir: Path, steps: int) -> tuple[bool, str]:
     logged = sum(1 for values in stored.values() if M.REWARD_MEAN in values)  # training steps (not the summary's)
     n = logged if steps == 0 else min(steps, logged)
     trainer = LocalTrainer(cfg, torch.device("cpu"))
-    compared, first = 0, None
-    differ = 0
+    compared, differ, first = 0, 0, None
     for step in range(n):
         for key, value in trainer.run_step().items():
             if key not in stored.get(step, {}):

@@ -51,3 +51,10 @@ def test_a_folder_of_another_signature_is_not_compared(reproduce, stored, capsys
     ident.write_text(json.dumps({**json.loads(ident.read_text()), "signature": "0000000000"}))
     assert reproduce.main([str(stored.run_dir)]) == 1
     assert "not comparable" in capsys.readouterr().out
+
+
+def test_a_folder_whose_run_is_not_in_its_store_is_reported(reproduce, stored, capsys):
+    ident = stored.run_dir / "run.json"
+    ident.write_text(json.dumps({**json.loads(ident.read_text()), "run_id": "0" * 32}))
+    assert reproduce.main([str(stored.run_dir)]) == 1
+    assert f"MLflow run {'0' * 32} is not in the store" in capsys.readouterr().out

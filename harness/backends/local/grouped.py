@@ -9,7 +9,7 @@ rows in a zero-padded [G, cap, K] batch, cap = the largest group, and one ``bmm`
 padding (up to ~40% of the experts' FLOPs at this model size) and gives each row bitwise the same result, with one
 exception this module handles: the CPU GEMM computes products of fewer than 4 rows with another kernel (other
 rounding), and a padded batch has ``cap`` rows per group. So a group with fewer than ``min(cap, MIN_ROWS)`` rows
-is zero-padded to that many (``padded_rows``), which puts it in the kernel class of the padded batch; measured on
+is zero-padded to that many (``Layout``), which puts it in the kernel class of the padded batch; measured on
 this CPU (tests/backends/local/test_grouped.py): rows of GEMMs of 1-3 rows are one class, of 4 or more another,
 for every K, N tried. The weight gradient of the training engine reduces over the rows of a group, and its
 rounding depends on their number: it is computed as the padded batch's, per seed (``GroupedMM.backward``), so
