@@ -30,6 +30,8 @@ def main(argv: list[str]) -> int:
     from harness.config import load
     from harness.record import RunRecord
 
+    from harness import numerics
+    numerics.pin()  # before torch's first operator (harness/numerics.py)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         cfg = load([f"out_dir={tmp}/run", f"tracking.uri=sqlite:///{tmp}/m.db", *overrides])

@@ -36,6 +36,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=20)
     args = ap.parse_args()
+    from harness import numerics
+    numerics.pin()  # before torch's first operator (harness/numerics.py)
     torch.set_num_threads(1)
     from harness.backends.local.probe import probe
     from harness.backends.local.trainer import LocalTrainer

@@ -118,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=20)
     args = ap.parse_args(argv)
+    from harness import numerics
+    numerics.pin()  # before torch's first operator (harness/numerics.py)
     torch.set_num_threads(1)
     from harness.backends.local.trainer import LocalTrainer
 

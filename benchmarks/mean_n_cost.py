@@ -66,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     if not ns or min(ns) < 1:
         ap.error(f"--ns: integers >= 1, got {args.ns!r}")
     overrides = args.overrides or CALIBRATED
+    from harness import numerics
+    numerics.pin()  # before torch's first operator (harness/numerics.py)
     torch.set_num_threads(1)
     spec = arms(ns)
     names = list(spec)

@@ -116,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(modes) - set(MODES))
     if unknown or "sync" not in modes:
         ap.error(f"--modes: need sync, and only {', '.join(MODES)}; got {args.modes}")
+    from harness import numerics
+    numerics.pin()  # before torch's first operator (harness/numerics.py)
     torch.set_num_threads(1)
 
     pairs = [(e, m) for m in modes for e in ESTIMATORS]

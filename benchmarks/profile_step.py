@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile-steps", type=int, default=3, help="steps under torch.profiler (0 = skip)")
     ap.add_argument("--rows", type=int, default=15, help="ops listed")
     args = ap.parse_args(argv)
+    from harness import numerics
+    numerics.pin()  # before torch's first operator (harness/numerics.py)
     torch.set_num_threads(1)
     import logging
 

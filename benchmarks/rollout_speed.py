@@ -250,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.reps, args.steps, args.step_reps, args.pack_steps = 5, 4, 1, 2
+    from harness import numerics
+    numerics.pin()  # before torch's first operator (harness/numerics.py)
     torch.set_num_threads(1)
     t_start = time.perf_counter()
 

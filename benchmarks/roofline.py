@@ -91,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mean-n-ratio", type=float, default=None,
                     help="mean_n(8) / recompute step for the ablation bound (default: measured in this run)")
     args = ap.parse_args(argv)
+    from harness import numerics
+    numerics.pin()  # before torch's first operator (harness/numerics.py)
     torch.set_num_threads(1)
     from torch.utils.flop_counter import FlopCounterMode
 

@@ -30,8 +30,8 @@ DTYPES = ("bfloat16", "float16", "float32")
 NON_IDENTITY_KEYS = ("tracking", "launcher", "out_dir")
 #: the local engines' numerics version, part of every local run's signature: bump it whenever a change to
 #: the local kernels changes a curve bitwise, so that runs computed by older kernels are never found as
-#: "finished" for the new code, nor pooled with its runs (2: grouped expert GEMMs, seed packs, batched mean_n)
-LOCAL_NUMERICS = 2
+#: "finished" for the new code, nor pooled with its runs (2: grouped expert GEMMs, seed packs, batched mean_n; 3: CPU numerics pinned, harness/numerics.py)
+LOCAL_NUMERICS = 3
 #: since issue 15 the local training engine applies ``inference.temperature`` to its log-probs (before, logp_rec
 #: was at T = 1 whatever the sampler's T): a local spec at T != 1 computes something new, so its signature carries
 #: this marker; at T = 1 nothing changed (no division) and the signature stays. verl's actor always applied T.

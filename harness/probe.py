@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     from harness.tags import perturbation, run_tags
     from harness.tracking import Tracker
 
+    from harness import numerics
+    numerics.pin()  # before torch's first operator (harness/numerics.py)
     torch.set_num_threads(cfgs[0].backend.threads)
     rows = []
     for cfg in cfgs:

@@ -41,6 +41,8 @@ def main() -> None:
     ap.add_argument("--deltas", default="0.9,0.7,0.5,0.3,0.2,0.1,0.05")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
+    from harness import numerics
+    numerics.pin()  # before torch's first operator (harness/numerics.py)
     torch.set_num_threads(1)
     cfg = load(["inference.router_noise_sigma=0", *args.overrides])
     policy, _ = warm_start(cfg.model, cfg.task, cfg.seed)

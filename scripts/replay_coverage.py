@@ -30,6 +30,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("overrides", nargs="*", help="spec overrides, e.g. trainer.prompts_per_step=8")
     args = ap.parse_args()
+    from harness import numerics
+    numerics.pin()  # before torch's first operator (harness/numerics.py)
     torch.set_num_threads(1)
     arms = [(e, float(c)) for e, _, c in (a.partition("@") for a in args.arms.split(","))]
     seen: dict[tuple, list[dict]] = {a: [] for a in arms}

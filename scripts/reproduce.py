@@ -9,6 +9,11 @@ first N steps (default 30; 0 = all it logged) and every metric it logged at thos
 compared with the store **exactly** (float equality; NaN equals NaN). One line per run; exit status 0 when every
 value is equal, 1 when any differs or a run cannot be checked. A speed change that claims "numerics unchanged"
 (issue 13) is checked against the results' own runs this way, beyond ``tests/test_golden.py``'s tiny budgets.
+
+Bitwise equality is promised between machines of the same numerics fingerprint key (``harness/numerics.py``: the
+torch version and the pinned MKL branch and ATen kernels; any x86-64 CPU model or vendor). A run stored under
+another key (tag ``numerics.key``) is still retrained and compared, and its line says that the keys differ, so a
+difference there is not evidence that the code changed.
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ def check(run_dir: Path, steps: int) -> tuple[bool, str]:
     from mlflow.tracking import MlflowClient
 
     from harness import metrics as M
+    from harness import numerics
     from harness.backends.local.trainer import LocalTrainer
     from harness.config import ConfigError, build
 
@@ -51,6 +57,9 @@ def check(run_dir: Path, steps: int) -> tuple[bool, str]:
     run = active_run(client, ident.get("run_id"))
     if run is None:
         return False, f"{run_dir}: MLflow run {ident.get('run_id')} is not in the store {ident['tracking_uri']!r}"
+    here, there = numerics.fingerprint()["key"], run.data.tags.get("numerics.key", "not recorded")
+    other = "" if here == there else f" [stored under numerics '{there}', computed here under '{here}': bitwise " \
+                                     "equality is promised only on the same key]"
     keys = [k for k in run.data.metrics if not k.startswith(SKIP)]
     stored: dict[int, dict[str, float]] = {}
     for key in keys:
@@ -70,7 +79,7 @@ def check(run_dir: Path, steps: int) -> tuple[bool, str]:
                 differ += 1
                 first = first or f"first at step {step}: {key} {got!r} here, {want!r} stored"
     line = (f"{run_dir}: {cfg.estimator.name} seed {cfg.seed}, {n} steps, {compared} values compared, "
-            f"{differ} differ" + (f" ({first})" if first else ""))
+            f"{differ} differ" + (f" ({first})" if first else "") + other)
     return differ == 0 and compared > 0, line
 
 
@@ -81,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import torch
 
+    from harness import numerics
+    numerics.pin()  # before torch's first operator (harness/numerics.py)
     torch.set_num_threads(1)
     ok = True
     for run_dir in args.run_dirs:

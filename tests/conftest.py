@@ -1,7 +1,11 @@
 import os
 
 import pytest
-import torch
+
+from harness import numerics
+
+numerics.pin()  # before torch's first operator: the runs' pinned CPU numerics (harness/numerics.py)
+import torch  # noqa: E402
 
 torch.set_num_threads(1)
 os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")

@@ -1,6 +1,10 @@
 """tests/golden/curves.json: 3 steps of each estimator (tiny budgets), every logged metric as float.hex.
 Written before the architecture redesign; tests/test_golden.py holds the code to it bitwise."""
-import json, sys, torch
+import json, sys
+from harness import numerics
+numerics.pin()  # the runs' pinned CPU numerics, before torch's first operator
+import torch
+torch.set_num_threads(1)  # as every run (backend.threads: 1); MKL's results depend on its thread count
 from harness.config import load
 from harness.backends.local.trainer import LocalTrainer
 from harness.estimators import NAMES
@@ -17,4 +21,5 @@ for name, overrides in [*((n, [f"estimator={n}", *EXTRA.get(n, [])]) for n in NA
     steps = [tr.run_step() for _ in range(cfg.trainer.steps)]
     out[name] = {"signature": cfg.signature, "steps": [{k: float(v).hex() for k, v in sorted(s.items()) if not k.startswith("time/") and k != "tokens/per_s"} for s in steps]}
     print(name, steps[-1].get("reward/mean"), file=sys.stderr)
+out["_fingerprint"] = numerics.fingerprint()  # what these bits were computed with (tests/test_golden.py)
 json.dump(out, open(sys.argv[1], "w"), indent=1, sort_keys=True)

@@ -122,6 +122,8 @@ def _main(conn, spec: dict, shared: PolicyPack, device: str, threads: int, paren
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop (run.py's handler)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _die_with_parent(parent)
+    from harness import numerics
+    numerics.pin()  # before torch's first operator (harness/numerics.py)
     torch.set_num_threads(threads)
     try:
         from harness.config import build

@@ -37,6 +37,9 @@ def execute_pack(cfgs: list[RunConfig], rerun: bool = False, tags: dict[str, str
 
         raise ConfigError("trainer.overlap", "one-step-off overlap runs one seed per process (its own rollout "
                                              "worker); seed packs cannot use it: launcher.seeds_per_job=1")
+    from harness import numerics
+
+    numerics.pin()  # before torch's first operator, a checkpoint's load included (harness/numerics.py)
     records = [RunRecord(c, rerun=rerun, finished_after_ms=finished_after_ms, tags=tags) for c in cfgs]
     summaries: dict[int, object] = {}
     by_step: dict[int, list[int]] = {}

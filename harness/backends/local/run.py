@@ -31,8 +31,12 @@ def start(record, warmstart: dict) -> tuple:
 
     from harness import metrics as M
 
+    from harness import numerics
+
     cfg = record.cfg
-    tracker = record.start(run_tags(cfg), {**flat(cfg.to_dict()), "warmstart.steps": warmstart["steps"],
+    fp = numerics.fingerprint(str(device_of(cfg)))  # what the run's bits depend on (docs/reliability.md)
+    tags = {**run_tags(cfg), "numerics.key": fp["key"], "numerics.cpu": fp["cpu"]}
+    tracker = record.start(tags, {**flat(cfg.to_dict()), "warmstart.steps": warmstart["steps"],
                                            "warmstart.reward": warmstart["reward"]},
                            yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     return tracker, (tracker.last_logged_step(M.REWARD_MEAN) if record.state is not None else -1)
@@ -51,10 +55,12 @@ def execute(cfg: RunConfig, on_step: Callable[[int, dict[str, float]], bool] | N
     from tqdm import tqdm
 
     from harness import metrics as M
+    from harness import numerics
     from harness.backends.local.overlap import make_trainer
     from harness.record import Interrupted, RunRecord
     from harness.tracking import StepBuffer
 
+    numerics.pin()  # before torch's first operator, a checkpoint's load included (harness/numerics.py)
     record = RunRecord(cfg, rerun=rerun, finished_after_ms=finished_after_ms, tags=tags)
     done = record.prepare()  # store, folder, identity, store lookup, checkpoint: seconds, before the warm start
     if done is not None:

@@ -24,13 +24,17 @@ from harness.backends.local import train_engine
 from harness.backends.local.inference_engine import InferenceEngine
 from harness.backends.local.model import Policy, build_policy
 from harness.backends.local.tasks import Task
+from harness import numerics
 from harness.config import LOCAL_NUMERICS, ROOT, InferenceConfig, ModelConfig, TaskConfig
 
 CACHE = ROOT / ".cache" / "warmstart"
 
 
 def cache_path(mcfg: ModelConfig, tcfg: TaskConfig, seed: int) -> Path:
-    key = json.dumps({"model": asdict(mcfg), "task": asdict(tcfg), "seed": seed, "numerics": LOCAL_NUMERICS}, sort_keys=True)
+    key = {"model": asdict(mcfg), "task": asdict(tcfg), "seed": seed, "numerics": LOCAL_NUMERICS}
+    if LOCAL_NUMERICS >= 3:  # the pinned numerics (harness/numerics.py): a cache of another torch is never read
+        key["fingerprint"] = numerics.fingerprint()["key"]
+    key = json.dumps(key, sort_keys=True)
     return CACHE / f"{mcfg.name}-{tcfg.name}-s{seed}-{hashlib.sha256(key.encode()).hexdigest()[:10]}.pt"
 
 
@@ -56,6 +60,7 @@ def warm_start(mcfg: ModelConfig, tcfg: TaskConfig, seed: int, use_cache: bool =
                progress: bool = True) -> tuple[Policy, dict]:
     """Returns the warm-started float32 policy and a record {steps, reward}. When not cached it says so
     on stderr, shows a bar on a terminal, and prints its steps, reward and time at the end."""
+    numerics.check()
     path = cache_path(mcfg, tcfg, seed)
     policy = build_policy(mcfg, seed)
     if use_cache and path.exists():
