@@ -18,6 +18,10 @@ EPILOG = """examples:
   python -m analysis params            # the pre-registered definitions and their defaults
   python -m analysis readme docs/results.md  # refill the results' generated tables from docs/results/
   python -m analysis validate          # the collapse detector on labelled curves (synthetic + analysis/labelled)
+  python -m analysis report -e calibrated --primary "recompute|mean_n(n=8)" --primary "trend:mean_n over n"
+  python -m analysis power --p1 0.5 --p2 0.1                  # seeds per arm for 80% power (McNemar, paired)
+  python -m analysis power --delta 0.8 --family 10            # ... for a reward shift of 0.8 sd, 10 tests
+  python -m analysis verdicts --runs docs/results/calibrated/runs.csv --trend mean_n:n   # from a committed table
 """
 
 
@@ -49,6 +53,27 @@ def parser() -> argparse.ArgumentParser:
     rp.add_argument("--x", choices=("n", "clip_c"), default=None, help="the sweep axis to feature (n or clip_c)")
     rp.add_argument("--out", default=None, help="output folder (default: figures/<experiment>)")
     rp.add_argument("--no-log", action="store_true", help="do not log the report as a summary MLflow run")
+    rp.add_argument("--primary", action="append", default=[], metavar="A|B or trend:FAMILY",
+                    help="a primary contrast declared before the runs: two group labels 'A|B', or 'trend:<family> over "
+                         "<x>' (repeatable); tested first, Holm among themselves, the rest exploratory")
+    pw = sub.add_parser("power", help="seeds per arm for a given power, computed for the report's own tests")
+    pw.add_argument("--p1", type=float, default=None, help="collapse rate of one arm")
+    pw.add_argument("--p2", type=float, default=None, help="collapse rate of the other arm")
+    pw.add_argument("--delta", type=float, default=None,
+                    help="instead of rates: a paired final-reward shift in sd of the per-seed differences (Wilcoxon)")
+    pw.add_argument("--unpaired", action="store_true", help="groups that do not share seeds (Fisher exact)")
+    pw.add_argument("--family", type=int, default=1, help="tests in the family (Holm: first step at alpha/family)")
+    pw.add_argument("--alpha", type=float, default=0.05)
+    pw.add_argument("--power", type=float, default=0.8, dest="target")
+    pw.add_argument("--seeds", type=int, default=None, help="instead of solving for seeds: the power at this many")
+    vd = sub.add_parser("verdicts", help="the report's verdicts from a per-run table (runs.csv) alone, no store")
+    vd.add_argument("--runs", required=True, help="a report's runs.csv (label, seed, collapsed, final, auc, ...)")
+    vd.add_argument("--primary", action="append", default=[], metavar="A|B or trend:FAMILY")
+    vd.add_argument("--trend", action="append", default=[], metavar="FAMILY:X",
+                    help="an ordered family to trend-test, e.g. mean_n:n (labels mean_n(n=1), mean_n(n=2), ...)")
+    vd.add_argument("--out", default=None, help="write verdicts.md|csv|tex and separation.md|csv|tex here")
+    vd.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides")
+    vd.add_argument("--config", default=None)
     dp = sub.add_parser("dose", help="dose-response: collapse rate per perturbation arm against the KL along training")
     dp.add_argument("--experiment", "-e", required=True, help="MLflow experiment name (e.g. dose)")
     dp.add_argument("--tracking-uri", default=None,
@@ -94,13 +119,41 @@ def _config(args):
     return AnalysisConfig.from_overrides(getattr(args, "overrides", []) or [], cfg)
 
 
+def parse_primary(items: list[str]) -> list[tuple]:
+    """``A|B`` -> ("A", "B"); ``trend:F`` -> ("trend", "F"); anything else is exit 2."""
+    from .config import ConfigError
+
+    out = []
+    for item in items:
+        if item.startswith("trend:") and item[6:].strip():
+            out.append(("trend", item[6:].strip()))
+        elif item.count("|") == 1 and all(x.strip() for x in item.split("|")):
+            out.append(tuple(x.strip() for x in item.split("|")))
+        else:
+            raise ConfigError(f"--primary {item!r}: write two group labels as 'A|B' or a trend as 'trend:<family> "
+                              "over <x>' (the labels of `python -m analysis list -e EXPERIMENT`)")
+    return out
+
+
 def cmd_report(args) -> int:
     from .report import build_report
 
     build_report(args.experiment, args.tracking_uri, args.out, _config(args), x=args.x,
                  filter_string=args.filter_string, group_by=args.group_by, log_to_mlflow=not args.no_log,
-                 include_unfinished=args.include_unfinished)
+                 include_unfinished=args.include_unfinished, primary=parse_primary(args.primary))
     return 0
+
+
+def cmd_power(args) -> int:
+    from .power import cli
+
+    return cli(args)
+
+
+def cmd_verdicts(args) -> int:
+    from .verdict_tables import verdicts_from_runs
+
+    return verdicts_from_runs(args.runs, _config(args), parse_primary(args.primary), args.trend, args.out)
 
 
 def cmd_dose(args) -> int:
@@ -184,7 +237,7 @@ def cmd_export(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     handler = {"report": cmd_report, "dose": cmd_dose, "compare": cmd_compare, "list": cmd_list, "params": cmd_params,
-               "readme": cmd_readme, "validate": cmd_validate,
+               "readme": cmd_readme, "validate": cmd_validate, "power": cmd_power, "verdicts": cmd_verdicts,
                "export-curves": cmd_export}[args.command]
     try:
         return handler(args)

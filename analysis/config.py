@@ -68,6 +68,12 @@ class AnalysisConfig:
     bootstrap_reps: int = 10_000
     curve_reps: int = 500
     seed: int = 0
+    # verdicts (analysis/verdicts.py): family-wise error, seeds below which a pair is "too few seeds", the
+    # endpoints tested per pair (comma-separated: collapse, final, auc), the power the plans aim at
+    alpha: float = 0.05
+    min_seeds: int = 5
+    endpoints: str = "collapse,final"
+    power: float = 0.8
     # figures
     dpi: int = 100
 
@@ -90,6 +96,15 @@ class AnalysisConfig:
         need(self.bootstrap_reps >= 100, f"bootstrap_reps must be >= 100, got {self.bootstrap_reps}")
         need(self.curve_reps >= 50, f"curve_reps must be >= 50, got {self.curve_reps}")
         need(self.dpi >= 20, f"dpi must be >= 20, got {self.dpi}")
+        need(0 < self.alpha < 1, f"alpha must be in (0, 1), got {self.alpha}")
+        need(self.min_seeds >= 2, f"min_seeds must be >= 2, got {self.min_seeds}")
+        need(bool(self.endpoint_list) and set(self.endpoint_list) <= {"collapse", "final", "auc"},
+             f"endpoints must be a comma-separated subset of collapse,final,auc, got {self.endpoints!r}")
+        need(0 < self.power < 1, f"power must be in (0, 1), got {self.power}")
+
+    @property
+    def endpoint_list(self) -> tuple[str, ...]:
+        return tuple(e.strip() for e in self.endpoints.split(",") if e.strip())
 
     # ---- construction -------------------------------------------------------------------------
     @classmethod
@@ -138,7 +153,8 @@ class AnalysisConfig:
             f"recovered = transient dip), gaps < {self.collapse_gap} joined, or non-finite loss; change point "
             f"pen={self.cp_pen_scale:g}*sigma^2*lnT, min_size={self.cp_min_size}, min drop = the margin; "
             f"convergence tau={self.converge_tau:g}; final = last {self.final_window} steps; IQM, {self.ci:.0%} "
-            f"stratified bootstrap CI ({self.bootstrap_reps} resamples, seed {self.seed})."
+            f"stratified bootstrap CI ({self.bootstrap_reps} resamples, seed {self.seed}); verdicts: paired where "
+            f"seeds pair, Holm per family at {self.alpha:g}, >= {self.min_seeds} seeds."
         )
 
     def describe(self) -> str:
@@ -167,6 +183,11 @@ class AnalysisConfig:
                 f"Across seeds: IQM (25% trimmed mean); {self.ci:.0%} CI = stratified bootstrap percentile "
                 f"[{lo:g}, {hi:g}] ({self.bootstrap_reps} resamples, {self.curve_reps} for curves, seed {self.seed}); "
                 f"survival = Kaplan-Meier share not yet collapsed.",
+                f"Verdicts: paired tests on common seeds (McNemar exact: collapse; Wilcoxon signed-rank: "
+                f"{', '.join(e for e in self.endpoint_list if e != 'collapse') or 'no reward endpoint'}), unpaired "
+                f"(Fisher exact, Mann-Whitney U) where groups do not pair; Holm within each family (primary, "
+                f"exploratory), BH q beside; separates = Holm p < {self.alpha:g}; < {self.min_seeds} seeds = too few "
+                f"seeds. Horizon: collapse again with the last 5% / 10% of steps cut; late = onset in the last 10%.",
             ]
         )
 

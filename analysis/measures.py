@@ -29,6 +29,10 @@ Notation: a run's reward history ``r[i]`` at logged steps ``step[i]`` (i = 0..T-
   step of the first segment starting after the peak whose mean is more than the rule's margin at the
   peak, ``max(z sigma_S, f (peak - R0))``, below the previous segment's mean. Reported beside the
   rule, never instead of it.
+- **Horizon robustness**: ``collapsed_h95`` / ``collapsed_h90`` = the collapse verdict (rule and non-finite
+  values) on the same run with its last 5% / 10% of logged steps cut; ``late`` = a collapse whose onset lies in
+  the last 10% of the run's step span (``onset >= first + 0.9 (last - first)``). A verdict that needs the last
+  tenth of a 300-step run is weaker evidence than one at mid-run; the reports count them apart.
 - **Convergence step**: first ``step[i]`` with ``S[i] >= R0 + tau * (target - R0)``; target = the best
   group IQM of the final reward in the comparison (:func:`convergence_target`). Censored at the last
   step if never reached, and undefined (censored) when ``target <= R0``.
@@ -53,8 +57,12 @@ MEASURE_COLUMNS = (
     "run_id", "label", "seed", "first_step", "last_step", "n_steps", "r0", "peak", "peak_step", "final", "drop",
     "auc", "noise_sd", "margin", "collapsed", "collapse_kind", "onset", "onset_kind", "dips", "dip_step", "cp_onset",
     "collapse_time", "target", "converged", "converge_step",
-    "converge_time", "kl_mean", "step_time", "coverage_mean",
+    "converge_time", "kl_mean", "step_time", "coverage_mean", "collapsed_h95", "collapsed_h90", "late",
 )
+#: horizon robustness: the collapse verdict again on the curve cut by these fractions of its logged steps
+HORIZON_CUTS = {"collapsed_h95": 0.05, "collapsed_h90": 0.10}
+#: a collapse whose onset lies in the last LATE_FRAC of the run's steps is *late*: a different kind of evidence
+LATE_FRAC = 0.1
 
 
 def smooth(values: np.ndarray, window: int, kind: str = "centred") -> np.ndarray:
@@ -216,6 +224,7 @@ def measure_run(reward: pd.Series, loss: pd.Series, cfg: AnalysisConfig) -> dict
         "peak_step": math.nan, "final": math.nan, "drop": math.nan, "auc": math.nan, "noise_sd": math.nan,
         "margin": math.nan, "collapsed": False, "collapse_kind": STABLE, "onset": math.nan, "onset_kind": "",
         "dips": 0, "dip_step": math.nan, "cp_onset": math.nan, "collapse_time": math.nan,
+        "collapsed_h95": False, "collapsed_h90": False, "late": False,
     }
     if not len(reward):
         return empty
@@ -247,6 +256,12 @@ def measure_run(reward: pd.Series, loss: pd.Series, cfg: AnalysisConfig) -> dict
         onset, kind = min(bad), "nonfinite"
     collapsed = not math.isnan(onset)
     out.update(collapsed=collapsed, collapse_kind=PERSISTENT if collapsed else det.kind, onset=onset, onset_kind=kind)
+    span = out["last_step"] - out["first_step"]
+    out["late"] = bool(collapsed and span > 0 and onset >= out["first_step"] + (1 - LATE_FRAC) * span)
+    for col, frac in HORIZON_CUTS.items():
+        keep = len(steps) - int(math.ceil(frac * len(steps)))
+        out[col] = _collapsed_by(steps[:keep], values[:keep], loss[loss.index <= steps[keep - 1]] if keep else loss.iloc[:0],
+                                 cfg) if keep > 0 else False
     # the censoring time of the survival analysis: onset, or the last step the run reached
     last = max(out["last_step"], float(loss.index.max()) if len(loss) else -math.inf)
     out["collapse_time"] = onset if collapsed else last
@@ -259,6 +274,13 @@ def measure_run(reward: pd.Series, loss: pd.Series, cfg: AnalysisConfig) -> dict
         if j is not None:
             out["cp_onset"] = float(steps[ok][j])
     return out
+
+
+def _collapsed_by(steps: np.ndarray, values: np.ndarray, loss: pd.Series, cfg: AnalysisConfig) -> bool:
+    """The collapse verdict (rule v2 or a non-finite reward/loss) of a run whose history ends at ``steps[-1]``."""
+    if detect(values, cfg).onset is not None or not math.isnan(first_nonfinite_step(steps, values)):
+        return True
+    return len(loss) > 0 and not math.isnan(first_nonfinite_step(loss.index.to_numpy(), loss.to_numpy(dtype=float)))
 
 
 def convergence_target(measures: pd.DataFrame) -> float:

@@ -25,8 +25,8 @@ from harness import metrics as M
 from .config import AnalysisConfig, ConfigError
 from .load import SUMMARY_TAG, Experiment, load_experiment
 from .measures import measure_experiment
-from .tables import (Table, groups_table, marginal_table, noise_probe_table, poi_table, runs_table, separation_table,
-                     summary_table, sweep_table)
+from .tables import Table, groups_table, marginal_table, noise_probe_table, poi_table, runs_table, summary_table, sweep_table
+from .verdict_tables import run_verdicts, separation_table, verdicts_table
 
 SWEEP_FIGURE = {"n": "n_sweep", "clip_c": "tis_sensitivity"}
 FIGURE_TITLES = {
@@ -62,8 +62,10 @@ def build_report(
     log_to_mlflow: bool = True,
     echo: Callable[[str], None] | None = print,
     include_unfinished: bool = False,
+    primary: Sequence[tuple] = (),
 ) -> ReportResult:
-    """Write the report of ``experiment``; see the module docstring. Raises ``AnalysisError``."""
+    """Write the report of ``experiment``; see the module docstring. Raises ``AnalysisError``.
+    ``primary``: the primary contrasts, pairs of group labels ``(a, b)`` and trends ``("trend", family)``."""
     cfg = cfg or AnalysisConfig()
     if x not in (None, "n", "clip_c"):
         raise ConfigError(f"--x must be n or clip_c, got {x!r}")
@@ -99,9 +101,11 @@ def build_report(
         poi = poi_table(exp, measures, cfg)
         if poi is not None:
             tables["poi"] = poi
-            tables["separation"] = separation_table(exp, measures, cfg)
+            comparisons = run_verdicts(exp, measures, cfg, primary)
+            tables["separation"] = separation_table(comparisons, cfg)
+            tables["verdicts"] = verdicts_table(comparisons, cfg)
         else:
-            result.skipped["poi"] = "probability of improvement needs >= 2 groups."
+            result.skipped["poi"] = "probability of improvement and verdicts need >= 2 groups."
     else:
         result.skipped["summary"] = "no training runs."
     for knob in ("n", "clip_c"):
@@ -209,8 +213,9 @@ def render_markdown(exp: Experiment, result: ReportResult, cfg: AnalysisConfig, 
     md += ["## Probability of improvement", ""]
     md += [t["poi"].markdown(short=True), ""] if "poi" in t else [f"> **Not available**: {result.skipped.get('poi', 'no runs')}", ""]
     if "separation" in t:
-        md += ["## Pairs that separate", "", t["separation"].markdown(short=True), "",
-               "Files: `separation.md|csv|tex`.", ""]
+        md += ["## Verdicts: comparisons that separate", "", t["separation"].markdown(short=True), "",
+               "Every comparison (test, seeds, effect, p, Holm p, BH q, verdict): `verdicts.md|csv|tex`; these: "
+               "`separation.md|csv|tex`.", ""]
     md += ["## Per-run measures", ""]
     if "runs" in t:
         md += [t["runs"].markdown(short=True) if len(t["runs"].frame) <= 60 else

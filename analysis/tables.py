@@ -27,7 +27,7 @@ from harness import metrics as M
 from .config import AnalysisConfig
 from .labels import family_name, sweep_families
 from .load import PROBE_METRICS, Experiment
-from .stats import Interval, iqm, iqm_ci, km_median, newcombe_diff, probability_of_improvement, wilson
+from .stats import Interval, iqm, iqm_ci, km_median, probability_of_improvement, wilson
 
 KWAIKAT_PROBE = M.KWAIKAT_PROBE  # KwaiKAT's noise table, from the metric catalogue
 
@@ -152,6 +152,8 @@ def summary_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig) 
         n = len(g)
         k_col = int(g["collapsed"].sum())
         k_dip = int((g["collapse_kind"] == "transient").sum())
+        k_rob = int((g["collapsed"].astype(bool) & g["collapsed_h90"].astype(bool)).sum())  # holds at -10% of steps
+        k_late = int(g["late"].astype(bool).sum())
         rate = wilson(k_col, n, cfg.ci)
         timed = g.dropna(subset=["collapse_time"])
         onset_med = km_median(timed["collapse_time"].to_numpy(float), timed["collapsed"].to_numpy(bool))
@@ -172,6 +174,7 @@ def summary_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig) 
             "peak": peak.fmt(),
             "AUC": area.fmt(),
             "collapsed": f"{k_col}/{n}",
+            "robust / late": f"{k_rob}/{k_late}" if k_col else "-",
             "transient dips": f"{k_dip}/{n}",
             "onset (KM median)": fmt_step(onset_med) if k_col else "-",
             "change point (median)": fmt_step(cp_med),
@@ -184,7 +187,8 @@ def summary_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig) 
         data.append({
             "group": label, "perturbation": perts[label], "runs": n, "seeds": int(g["seed"].nunique()),
             **_interval_cols("final_iqm", fin), **_interval_cols("peak_iqm", peak), **_interval_cols("auc_iqm", area),
-            "collapsed": k_col, **_interval_cols("collapse_rate", rate), "transient": k_dip,
+            "collapsed": k_col, "collapsed_robust": k_rob, "collapsed_late": k_late,
+            **_interval_cols("collapse_rate", rate), "transient": k_dip,
             "onset_km_median": onset_med, "cp_onset_median": cp_med,
             "converged": k_conv, "converge_km_median": conv_med,
             "target": float(g["target"].iloc[0]) if n else math.nan,
@@ -194,6 +198,8 @@ def summary_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig) 
               pd.DataFrame(data), cfg.describe(), short_footer=cfg.describe_short())
     if len(measures) and measures.groupby("label").size().max() < 2:
         t.notes.append("every group has a single seed: confidence intervals need >= 2 seeds per group.")
+    t.notes.append("robust / late: collapses that still count with the last 10% of the steps cut / collapses whose "
+                   "onset lies in the last 10% of the run (a different kind of evidence than a mid-run collapse).")
     target = float(measures["target"].iloc[0]) if len(measures) else math.nan
     t.notes.append(f"convergence target (best group IQM of the final reward) = {fmt(target)}.")
     return t
@@ -289,48 +295,6 @@ def poi_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig, metr
               pd.DataFrame(frame_rows), pd.DataFrame(data_rows), cfg.describe(), short_footer=cfg.describe_short())
     t.notes.append("CIs per pair are in poi.csv and from `python -m analysis compare`; n/a: a group with fewer "
                    "than 2 seeds.")
-    return t
-
-
-def separation_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig) -> Table | None:
-    """The pairs of groups that separate (A: the one that collapses more, or either when equal): the
-    collapse-rate difference ``A - B`` with Newcombe's interval
-    excludes 0, or P(A's final reward > B's) with its bootstrap interval excludes 1/2. Every pair is tested at
-    ``cfg.ci`` (no correction for the number of pairs, which the note states); the pairs that do not separate
-    are counted, not listed."""
-    labels = exp.labels
-    if len(labels) < 2:
-        return None
-    groups = {lab: measures[measures["label"] == lab] for lab in labels}
-    rows, data, tested = [], [], 0
-    for i, first in enumerate(labels):
-        for second in labels[i + 1:]:
-            if min(len(groups[first]), len(groups[second])) < 2:
-                continue
-            tested += 1
-            rate = {lab: groups[lab]["collapsed"].mean() for lab in (first, second)}
-            a, b = (first, second) if rate[first] >= rate[second] else (second, first)  # A collapses more
-            ga, gb = groups[a], groups[b]
-            d = newcombe_diff(int(ga["collapsed"].sum()), len(ga), int(gb["collapsed"].sum()), len(gb), cfg.ci)
-            p = probability_of_improvement(ga["final"].to_numpy(float), gb["final"].to_numpy(float),
-                                           cfg.bootstrap_reps, cfg.ci, cfg.seed)
-            by_rate, by_final = d.lo > 0, p.lo > 0.5 or p.hi < 0.5
-            if not (by_rate or by_final):
-                continue
-            rows.append({"A": a, "B": b, "collapse rate A - B": d.fmt(2), "P(final A > B)": p.fmt(2),
-                         "separates by": " and ".join(w for w, on in (("collapse rate", by_rate),
-                                                                     ("final reward", by_final)) if on)})
-            data.append({"a": a, "b": b, **_interval_cols("rate_diff", d), **_interval_cols("poi_final", p),
-                         "by_rate": by_rate, "by_final": by_final})
-    order = sorted(range(len(rows)), key=lambda i: not data[i]["by_rate"])  # by collapse rate first, stable
-    rows, data = [rows[i] for i in order], [data[i] for i in order]
-    t = Table("separation", f"Pairs of groups that separate ({cfg.ci:.0%} intervals)",
-              pd.DataFrame(rows, columns=["A", "B", "collapse rate A - B", "P(final A > B)", "separates by"]),
-              pd.DataFrame(data), cfg.describe(), short_footer=cfg.describe_short())
-    t.notes.append(f"{len(rows)} of {tested} pairs separate: the collapse-rate difference's Newcombe interval "
-                   "excludes 0, or the bootstrap interval of P(final A > B) excludes 0.5. Each pair is tested at "
-                   f"{cfg.ci:.0%} without a correction for the {tested} pairs (about {0.05 * tested:.0f} would "
-                   "separate by chance if no group differed).")
     return t
 
 

@@ -87,24 +87,21 @@ def test_probability_of_improvement_needs_two_seeds(store, fast_cfg):
     assert "n/a" not in set(t.frame.drop(columns="P(row > column)").to_numpy().ravel())
 
 
-def test_separation_lists_the_pairs_whose_intervals_exclude_no_difference(store, fast_cfg):
-    """demo: rollout collapses 3/3 and mean_n(n=16) 0/3. Newcombe's interval of 1 - 0 (Wilson [0.438, 1] and
-    [0, 0.562] at n = 3) has lower end 1 - sqrt(0.562^2 + 0.562^2) = 0.205 > 0: listed, by collapse rate, with
-    rollout as A. Pairs not listed have a rate interval reaching 0 and a P(final) interval around 0.5."""
-    from analysis.stats import newcombe_diff, wilson
-    from analysis.tables import separation_table
+def test_separation_at_three_seeds_says_too_few_seeds(store, fast_cfg):
+    """demo: 3 seeds per group (rollout collapses 3/3, mean_n(n=16) 0/3). Below min_seeds (5) no pair is tested:
+    every comparison is 'too few seeds', none separates; at min_seeds=3 the paired McNemar test of 3 discordant
+    seeds has p = 2 / 2^3 = 0.25, so still nothing separates (where the old unpaired 95% intervals listed it)."""
+    import dataclasses
+
+    from analysis.verdict_tables import run_verdicts, separation_table
 
     exp = load_experiment("demo", store.uri)
     m = measure_experiment(exp, fast_cfg)
-    t = separation_table(exp, m, fast_cfg)
-    d = t.data.set_index(["a", "b"])
-    row = d.loc[("rollout", "mean_n(n=16)")]
-    w1, w0 = wilson(3, 3), wilson(0, 3)
-    assert row["by_rate"] and row["rate_diff"] == 1.0
-    assert row["rate_diff_lo"] == pytest.approx(1 - ((1 - w1.lo) ** 2 + w0.hi ** 2) ** 0.5, abs=1e-12)
-    assert row["rate_diff_lo"] == pytest.approx(newcombe_diff(3, 3, 0, 3).lo) and 0.2 < row["rate_diff_lo"] < 0.21
-    assert (d["by_rate"] == (d["rate_diff_lo"] > 0)).all()
-    assert (d["by_final"] == ((d["poi_final_lo"] > 0.5) | (d["poi_final_hi"] < 0.5))).all()
-    assert (d["by_rate"] | d["by_final"]).all() and (d["rate_diff"] >= 0).all()
-    k = len(exp.labels)
-    assert f"{len(t.frame)} of {k * (k - 1) // 2} pairs separate" in t.notes[0]
+    cs = run_verdicts(exp, m, fast_cfg)
+    assert cs and all(c.verdict == "too few seeds" for c in cs)
+    t = separation_table(cs, fast_cfg)
+    assert t.frame.empty and any("too few seeds" in n for n in t.notes)
+    cs3 = run_verdicts(exp, m, dataclasses.replace(fast_cfg, min_seeds=3))
+    pair = next(c for c in cs3 if {c.a, c.b} == {"rollout", "mean_n(n=16)"} and c.endpoint == "collapse")
+    assert pair.test == "McNemar exact" and pair.n_pairs == 3 and pair.p == pytest.approx(0.25)
+    assert not any(c.verdict == "separates" for c in cs3)
