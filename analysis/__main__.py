@@ -21,7 +21,7 @@ EPILOG = """examples:
   python -m analysis report -e calibrated --primary "recompute|mean_n(n=8)" --primary "trend:mean_n over n"
   python -m analysis power --p1 0.5 --p2 0.1                  # seeds per arm for 80% power (McNemar, paired)
   python -m analysis power --delta 0.8 --family 10            # ... for a reward shift of 0.8 sd, 10 tests
-  python -m analysis verdicts --runs docs/results/calibrated/runs.csv --trend mean_n:n   # from a committed table
+  python -m analysis verdicts --runs docs/results/calibrated/runs.csv --trend "mean_n(n=*)"   # from a committed table
 """
 
 
@@ -69,8 +69,11 @@ def parser() -> argparse.ArgumentParser:
     vd = sub.add_parser("verdicts", help="the report's verdicts from a per-run table (runs.csv) alone, no store")
     vd.add_argument("--runs", required=True, help="a report's runs.csv (label, seed, collapsed, final, auc, ...)")
     vd.add_argument("--primary", action="append", default=[], metavar="A|B or trend:FAMILY")
-    vd.add_argument("--trend", action="append", default=[], metavar="FAMILY:X",
-                    help="an ordered family to trend-test, e.g. mean_n:n (labels mean_n(n=1), mean_n(n=2), ...)")
+    vd.add_argument("--trend", action="append", default=[], metavar="PATTERN",
+                    help="an ordered family to trend-test: the labels with one '*' for the level, e.g. 'mean_n(n=*)', "
+                         "'recompute[router=*];recompute[none]=0' (a control arm at level 0)")
+    vd.add_argument("--versus", default=None, metavar="LABEL",
+                    help="compare every group against this one only (a many-to-one family), not every pair")
     vd.add_argument("--out", default=None, help="write verdicts.md|csv|tex and separation.md|csv|tex here")
     vd.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides")
     vd.add_argument("--config", default=None)
@@ -153,7 +156,8 @@ def cmd_power(args) -> int:
 def cmd_verdicts(args) -> int:
     from .verdict_tables import verdicts_from_runs
 
-    return verdicts_from_runs(args.runs, _config(args), parse_primary(args.primary), args.trend, args.out)
+    return verdicts_from_runs(args.runs, _config(args), parse_primary(args.primary), args.trend, args.out,
+                              args.versus)
 
 
 def cmd_dose(args) -> int:

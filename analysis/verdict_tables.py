@@ -105,12 +105,14 @@ def power_lines(comparisons: Sequence[Comparison], cfg: AnalysisConfig) -> list[
         r0 = power.smallest_rate_detectable(n, 0.0, is_paired, cfg.alpha, m, cfg.power)
         r1 = power.smallest_rate_detectable(n, 0.1, is_paired, cfg.alpha, m, cfg.power)
         shift = power.smallest_shift_detectable(n, cfg.alpha, m, cfg.power)
-        show = lambda v: "none below 1.0" if not math.isfinite(v) else f"{v:.2f}"  # noqa: E731
+        rate = lambda v, b: (f"a collapse rate of {v:.2f} against {b:g}" if math.isfinite(v)  # noqa: E731
+                             else f"no collapse-rate difference against {b:g} (not even 1.0)")
+        shift_txt = f"{shift:.2f}" if math.isfinite(shift) else "no"
         lines.append(f"{fam} family: {m} tests, {n} {'paired ' if is_paired else ''}seeds per comparison (median); "
-                     f"at {cfg.power:.0%} power it detects a collapse rate of {show(r0)} against 0 and of {show(r1)} "
-                     f"against 0.1 ({'McNemar' if is_paired else 'Fisher'} exact at alpha/{m}), and a paired "
-                     f"final-reward shift of {show(shift)} sd of the per-seed differences (Wilcoxon, "
-                     "`python -m analysis power` for other designs).")
+                     f"at {cfg.power:.0%} power it detects {rate(r0, 0)} and {rate(r1, 0.1)} "
+                     f"({'McNemar' if is_paired else 'Fisher'} exact at alpha/{m}), and a paired final-reward shift "
+                     f"of {shift_txt} sd of the per-seed differences (Wilcoxon; `python -m analysis power` for other "
+                     "designs).")
     return lines
 
 
@@ -142,41 +144,41 @@ def separation_table(comparisons: Sequence[Comparison], cfg: AnalysisConfig) -> 
 
 
 def trend_families_from_labels(labels: Sequence[str], specs: Sequence[str]) -> dict[str, list[tuple[float, str]]]:
-    """``FAMILY:X`` -> the labels ``FAMILY(...X=v...)`` that differ only in v (>= 3 levels): ``{name: [(v, label)]}``."""
+    """Ordered families named by a pattern with one ``*`` standing for the ordered value: ``mean_n(n=*)``,
+    ``recompute[router=*]``, ``recompute[router@k3=*]``; ``;LABEL=VALUE`` adds a control arm at a level
+    (``recompute[router=*];recompute[none]=0``). ``{pattern: [(value, label)]}``, >= 3 levels each."""
     import re
 
     from .config import ConfigError
 
     out = {}
     for spec in specs:
-        fam, _, x = spec.partition(":")
-        if not fam or not x:
-            raise ConfigError(f"--trend {spec!r}: write FAMILY:X, e.g. mean_n:n")
-        pat = re.compile(rf"^{re.escape(fam)}\((.*)\)(\[.*\])?$")
-        rest: dict[str, list[tuple[float, str]]] = {}
+        pattern, *extras = spec.split(";")
+        if pattern.count("*") != 1:
+            raise ConfigError(f"--trend {spec!r}: write the labels with one '*' for the ordered value, e.g. "
+                              "'mean_n(n=*)' or 'recompute[router=*];recompute[none]=0'")
+        rx = re.compile("^" + re.escape(pattern).replace(r"\*", r"([-+0-9.eE]+)") + "$")
+        levels = []
         for lab in labels:
-            m = pat.match(lab)
-            if not m:
-                continue
-            knobs = m.group(1).split(",")
-            vals = [k for k in knobs if k.startswith(f"{x}=")]
-            if len(vals) != 1:
-                continue
-            try:
-                v = float(vals[0].split("=", 1)[1])
-            except ValueError:
-                continue
-            key = fam + "(" + ",".join(k for k in knobs if k != vals[0]) + ")" + (m.group(2) or "")
-            rest.setdefault(key, []).append((v, lab))
-        found = {f"{k.replace('()', '')} over {x}": v for k, v in rest.items() if len({a for a, _ in v}) >= 3}
-        if not found:
-            raise ConfigError(f"--trend {spec!r}: no family of >= 3 labels {fam}(..{x}=v..) in the table")
-        out.update(found)
+            m = rx.match(lab)
+            if m:
+                try:
+                    levels.append((float(m.group(1)), lab))
+                except ValueError:
+                    pass
+        for extra in extras:
+            lab, _, val = extra.rpartition("=")
+            if lab not in labels:
+                raise ConfigError(f"--trend {spec!r}: no group {lab!r}")
+            levels.append((float(val), lab))
+        if len({v for v, _ in levels}) < 3:
+            raise ConfigError(f"--trend {spec!r}: fewer than 3 levels match among the groups")
+        out[pattern] = sorted(levels)
     return out
 
 
 def verdicts_from_runs(path: str, cfg: AnalysisConfig, primary: Sequence[tuple], trends: Sequence[str],
-                       out: str | None) -> int:
+                       out: str | None, versus: str | None = None) -> int:
     """``python -m analysis verdicts``: the verdicts of a committed per-run table (a report's runs.csv), no store.
     Without per-step histories the horizon check uses the table's ``collapsed_h95``/``collapsed_h90`` columns when
     present (reports from this version on), and says so when absent."""
@@ -201,12 +203,22 @@ def verdicts_from_runs(path: str, cfg: AnalysisConfig, primary: Sequence[tuple],
     unknown = [x for pr in primary for x in (pr if pr[0] != "trend" else ()) if x not in labels]
     if unknown:
         raise ConfigError(f"--primary: no group {unknown[0]!r} in {path}; groups: {', '.join(labels)}")
+    if versus is not None and versus not in labels:
+        raise ConfigError(f"--versus: no group {versus!r} in {path}; groups: {', '.join(labels)}")
+    if "late" not in m and {"onset", "first_step", "last_step"} <= set(m.columns):
+        span = m["last_step"] - m["first_step"]
+        m["late"] = m["collapsed"] & (m["onset"] >= m["first_step"] + 0.9 * span)
     cs = verdicts(m, labels, None, alpha=cfg.alpha, min_seeds=cfg.min_seeds, endpoints=cfg.endpoint_list,
                   primary=primary, trends=trend_families_from_labels(labels, trends), reps=cfg.bootstrap_reps,
-                  seed=cfg.seed)
+                  seed=cfg.seed, versus=versus)
     tables = [separation_table(cs, cfg), verdicts_table(cs, cfg)]
     note = (f"from {p} (per-run measures only): groups pair on seeds (one model and task per table assumed)"
-            + ("" if "collapsed_h90" in m else "; no horizon columns, so no horizon check"))
+            + ("" if "collapsed_h90" in m else "; no horizon columns, so no horizon check")
+            + (f"; pairs: every group against {versus} only (a many-to-one family)" if versus else ""))
+    if "late" in m:
+        late = {lab: (int(g["late"].sum()), int(g["collapsed"].sum())) for lab, g in m.groupby("label", sort=False)}
+        note += "; late collapses (onset in the last 10% of steps) / collapses: " + ", ".join(
+            f"{lab} {a}/{b}" for lab, (a, b) in late.items() if b)
     for t in tables:
         t.notes.insert(0, note)
         if out:

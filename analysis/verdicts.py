@@ -245,14 +245,17 @@ def _key(c: Comparison) -> tuple:
 def verdicts(measures: pd.DataFrame, labels: Sequence[str], runs: pd.DataFrame | None = None, *,
              alpha: float = 0.05, min_seeds: int = 5, endpoints: Iterable[str] = ("collapse", "final"),
              primary: Iterable[tuple] = (), trends: dict[str, list[tuple[float, str]]] | None = None,
-             reps: int = 10_000, seed: int = 0) -> list[Comparison]:
+             reps: int = 10_000, seed: int = 0, versus: str | None = None) -> list[Comparison]:
     """Every comparison of the report: each pair of groups on each endpoint, then the trends; families, Holm/BH,
     verdicts, intervals and the horizon check. ``primary``: pairs ``(a, b)`` and trends ``("trend", name)`` declared
-    before the runs (their tests form the primary family)."""
+    before the runs (their tests form the primary family). ``versus``: compare every group against this one only
+    (a many-to-one family, as Dunnett's design) instead of every pair."""
     groups = {lab: measures[measures["label"] == lab].drop_duplicates("seed").set_index("seed") for lab in labels}
     out: list[Comparison] = []
     for i, a in enumerate(labels):
         for b in labels[i + 1:]:
+            if versus is not None and versus not in (a, b):
+                continue
             paired = pairs_on_seeds(runs, a, b)
             for ep in endpoints:
                 out.append(compare_pair(groups[a], groups[b], a, b, ep, paired, min_seeds))
