@@ -9,6 +9,7 @@ Modules (one concept each)::
 
     config    AnalysisConfig: every pre-registered parameter, printed under every table
     load      MLflow experiment -> Experiment (runs, labels, full metric histories, probe runs)
+    histories an experiment's runs and full histories <-> one .json.gz file (`export`, `report --from`)
     measures  per-run definitions: smoothing, collapse onset, change point, convergence, peak/final/AUC
     stats     across-seed statistics: IQM, stratified bootstrap CIs, probability of improvement,
               Kaplan-Meier survival, Wilson intervals

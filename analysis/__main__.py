@@ -1,4 +1,4 @@
-"""Command line: ``python -m analysis {report,dose,compare,list,params,readme,validate} ...``.
+"""Command line: ``python -m analysis {report,dose,compare,export,list,params,readme,validate} ...``.
 
 Exit status: 0 success, 2 a problem the user can fix (unknown experiment or group, bad option), 1 an
 unexpected error. Heavy modules (mlflow, matplotlib, pandas) are imported only once a command runs,
@@ -14,6 +14,8 @@ EPILOG = """examples:
   python -m analysis report --experiment ablation --x n   # the n-sweep logs into the ablation experiment
   python -m analysis dose --experiment dose --out docs/results/dose   # collapse vs KL along training, per arm
   python -m analysis compare --experiment ablation --a mean_n --b tis
+  python -m analysis export --experiment ablation --out docs/results/ablation.json.gz   # runs + full histories
+  python -m analysis report --from docs/results/ablation.json.gz   # the same report, no MLflow store
   python -m analysis list
   python -m analysis params            # the pre-registered definitions and their defaults
   python -m analysis readme docs/results.md  # refill the results' generated tables from docs/results/
@@ -25,8 +27,18 @@ EPILOG = """examples:
 """
 
 
+FROM_HELP = "an exported histories file (`python -m analysis export`) read instead of the store"
+
+
+def _source(p: argparse.ArgumentParser, experiment_help: str = "MLflow experiment name") -> None:
+    """Exactly one of --experiment (the store) and --from (an exported histories file)."""
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--experiment", "-e", default=None, help=experiment_help)
+    src.add_argument("--from", dest="source", default=None, metavar="FILE", help=FROM_HELP)
+
+
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--experiment", "-e", required=True, help="MLflow experiment name")
+    _source(p)
     p.add_argument("--tracking-uri", default=None,
                    help="MLflow tracking URI (default: sqlite:///<project root>/mlruns.db)")
     p.add_argument("--filter", default=None, dest="filter_string",
@@ -78,7 +90,7 @@ def parser() -> argparse.ArgumentParser:
     vd.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides")
     vd.add_argument("--config", default=None)
     dp = sub.add_parser("dose", help="dose-response: collapse rate per perturbation arm against the KL along training")
-    dp.add_argument("--experiment", "-e", required=True, help="MLflow experiment name (e.g. dose)")
+    _source(dp, "MLflow experiment name (e.g. dose)")
     dp.add_argument("--tracking-uri", default=None,
                     help="MLflow tracking URI (default: sqlite:///<project root>/mlruns.db)")
     dp.add_argument("--filter", default=None, dest="filter_string",
@@ -94,6 +106,11 @@ def parser() -> argparse.ArgumentParser:
     _common(cp)
     cp.add_argument("--a", required=True, help="group label or estimator name (e.g. mean_n or 'mean_n(n=8)')")
     cp.add_argument("--b", required=True, help="group label or estimator name")
+    ep = sub.add_parser("export", help="write an experiment's runs and full per-step histories to one .json.gz file")
+    ep.add_argument("--experiment", "-e", required=True, help="MLflow experiment name")
+    ep.add_argument("--tracking-uri", default=None,
+                    help="MLflow tracking URI (default: sqlite:///<project root>/mlruns.db)")
+    ep.add_argument("--out", required=True, help="file ending in .json.gz, e.g. docs/results/ablation.json.gz")
     lp = sub.add_parser("list", help="list the experiments and groups in a tracking store")
     lp.add_argument("--tracking-uri", default=None)
     lp.add_argument("--experiment", "-e", default=None, help="list this experiment's groups")
@@ -143,7 +160,8 @@ def cmd_report(args) -> int:
 
     build_report(args.experiment, args.tracking_uri, args.out, _config(args), x=args.x,
                  filter_string=args.filter_string, group_by=args.group_by, log_to_mlflow=not args.no_log,
-                 include_unfinished=args.include_unfinished, primary=parse_primary(args.primary))
+                 include_unfinished=args.include_unfinished, source=args.source,
+                 primary=parse_primary(args.primary))
     return 0
 
 
@@ -164,22 +182,31 @@ def cmd_dose(args) -> int:
     from .dose import build_dose
 
     build_dose(args.experiment, args.tracking_uri, args.out, _config(args), filter_string=args.filter_string,
-               include_unfinished=args.include_unfinished, edge=args.edge)
+               include_unfinished=args.include_unfinished, edge=args.edge, source=args.source)
     return 0
 
 
 def cmd_compare(args) -> int:
     from .compare import compare_table, resolve_group
-    from .load import load_experiment
+    from .histories import open_experiment
     from .measures import measure_experiment
 
     cfg = _config(args)
-    exp = load_experiment(args.experiment, args.tracking_uri, metrics=(cfg.reward_metric, cfg.loss_metric),
+    exp = open_experiment(args.experiment, args.tracking_uri, args.source, metrics=(cfg.reward_metric, cfg.loss_metric),
                           filter_string=args.filter_string, group_by=args.group_by,
                           include_unfinished=args.include_unfinished)
     a, b = resolve_group(exp, args.a), resolve_group(exp, args.b)
     measures = measure_experiment(exp, cfg)
     print(compare_table(exp, measures, a, b, cfg).terminal())
+    return 0
+
+
+def cmd_export_histories(args) -> int:
+    from .histories import export
+
+    done = export(args.experiment, args.tracking_uri, args.out)
+    print(f"{done.runs} runs, {done.metrics} metrics, {done.values} values -> {done.path} "
+          f"({done.size / 1e6:.2f} MB)")
     return 0
 
 
@@ -240,8 +267,9 @@ def cmd_export(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    handler = {"report": cmd_report, "dose": cmd_dose, "compare": cmd_compare, "list": cmd_list, "params": cmd_params,
-               "readme": cmd_readme, "validate": cmd_validate, "power": cmd_power, "verdicts": cmd_verdicts,
+    handler = {"report": cmd_report, "dose": cmd_dose, "compare": cmd_compare, "export": cmd_export_histories,
+               "list": cmd_list, "params": cmd_params, "readme": cmd_readme, "validate": cmd_validate,
+               "power": cmd_power, "verdicts": cmd_verdicts,
                "export-curves": cmd_export}[args.command]
     try:
         return handler(args)

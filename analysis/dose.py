@@ -70,7 +70,8 @@ import pandas as pd
 from harness import metrics as M
 
 from .config import AnalysisConfig
-from .load import AnalysisError, Experiment, load_experiment
+from .histories import open_experiment
+from .load import AnalysisError, Experiment
 from .measures import measure_experiment
 from .stats import Interval, iqm_ci, km_median, newcombe_diff, wilson
 from .tables import Table, _interval_cols, fmt_step
@@ -377,14 +378,16 @@ def median_k3_per_step(exp: Experiment, runs: pd.DataFrame, cfg: AnalysisConfig)
 def build_dose(experiment: str, tracking_uri: str | None = None, out_dir: str | Path | None = None,
                cfg: AnalysisConfig | None = None, filter_string: str | None = None,
                include_unfinished: bool = False, echo: Callable[[str], None] | None = print,
-               edge: int = EDGE) -> DoseResult:
-    """Write the dose tables and figure of ``experiment`` (module docstring). Raises ``AnalysisError``."""
+               edge: int = EDGE, source: str | Path | None = None) -> DoseResult:
+    """Write the dose tables and figure of ``experiment`` (module docstring). Raises ``AnalysisError``.
+    ``source``: an exported histories file read instead of the store (:mod:`analysis.histories`)."""
     cfg = cfg or AnalysisConfig()
     if edge < 1:
         raise AnalysisError(f"--edge must be >= 1, got {edge}")
     metrics = (cfg.reward_metric, cfg.loss_metric, cfg.kl_metric, *TERMS.values(), M.PERTURB_LEVEL, M.MISMATCH_REC_K3)
-    exp = load_experiment(experiment, tracking_uri, metrics=metrics, filter_string=filter_string,
+    exp = open_experiment(experiment, tracking_uri, source, metrics=metrics, filter_string=filter_string,
                           include_unfinished=include_unfinished)
+    experiment = exp.name
     if exp.runs.empty:
         raise AnalysisError(f"experiment {experiment!r} holds no training runs to put on a dose axis")
     measures = measure_experiment(exp, cfg)

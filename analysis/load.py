@@ -26,6 +26,11 @@
   keeps its latest value). Non-finite values are kept: MLflow stores NaN as NaN and +-inf as
   +-1.797e308, which :func:`finite_values` maps back to +-inf. Runs are aligned on step by
   :meth:`Experiment.wide`.
+- Two steps: :func:`store_records` fetches the runs as plain :class:`RunRecord` s (run id, status, start
+  time, tags, params, latest values), and :func:`assemble` does everything after the fetch (selection,
+  groups, labels, notes, the :class:`Experiment`) from those records and a history fetcher. An exported
+  histories file (:mod:`analysis.histories`) goes through the same :func:`assemble`, so it gives the same
+  Experiment as the store it came from.
 """
 from __future__ import annotations
 
@@ -36,7 +41,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -172,9 +177,50 @@ def _search_all(client, experiment_id: str, filter_string: str | None) -> list:
             return runs
 
 
-def _level(run) -> str:
-    tags, params = run.data.tags, run.data.params
+@dataclass(frozen=True)
+class RunRecord:
+    """One run as a store holds it, in plain data: what selection, grouping and labels read (no MLflow type).
+
+    ``latest``: each metric's latest value as MLflow reports it (``run.data.metrics``: +-inf still
+    stored as +-1.797e308); the probe table reads these.
+    """
+
+    run_id: str
+    run_name: str | None
+    status: str
+    start_time: int | None
+    tags: Mapping[str, str]
+    params: Mapping[str, str]
+    latest: Mapping[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_mlflow(cls, run) -> "RunRecord":
+        return cls(run_id=run.info.run_id, run_name=run.info.run_name, status=run.info.status,
+                   start_time=run.info.start_time, tags=dict(run.data.tags), params=dict(run.data.params),
+                   latest=dict(run.data.metrics))
+
+
+# (run ids, metrics) -> {metric: {run_id: Series by step}}: where the histories come from
+HistoryFetch = Callable[[list, tuple], dict]
+
+
+def _level(run: RunRecord) -> str:
+    tags, params = run.tags, run.params
     return tag_text(tags.get("level")) or tag_text(params.get("estimator.level")) or tag_text(params.get("level"))
+
+
+def store_records(name: str, tracking_uri: str, filter_string: str | None = None):
+    """``(client, experiment, [RunRecord])``: every active run of ``name`` in the store (matching the filter).
+
+    Raises :class:`AnalysisError` when the experiment does not exist, listing the ones that do.
+    """
+    client = client_for(tracking_uri)
+    exp = client.get_experiment_by_name(name)
+    if exp is None or exp.lifecycle_stage != "active":
+        known = sorted(e.name for e in client.search_experiments())
+        listing = "\n  ".join(known) if known else "(none)"
+        raise AnalysisError(f"no experiment named {name!r} in {tracking_uri}; experiments there:\n  {listing}")
+    return client, exp, [RunRecord.from_mlflow(r) for r in _search_all(client, exp.experiment_id, filter_string)]
 
 
 def load_experiment(
@@ -192,19 +238,33 @@ def load_experiment(
     or holds no training run.
     """
     tracking_uri = tracking_uri or default_tracking_uri()
-    metrics = tuple(dict.fromkeys(metrics or default_metrics()))
-    client = client_for(tracking_uri)
-    exp = client.get_experiment_by_name(name)
-    if exp is None or exp.lifecycle_stage != "active":
-        known = sorted(e.name for e in client.search_experiments())
-        listing = "\n  ".join(known) if known else "(none)"
-        raise AnalysisError(f"no experiment named {name!r} in {tracking_uri}; experiments there:\n  {listing}")
+    client, exp, records = store_records(name, tracking_uri, filter_string)
+    return assemble(name, exp.experiment_id, tracking_uri, records,
+                    lambda ids, ms: _load_histories(client, ids, ms, threads), metrics=metrics,
+                    filter_string=filter_string, group_by=group_by, include_unfinished=include_unfinished)
 
+
+def assemble(
+    name: str,
+    experiment_id: str,
+    tracking_uri: str,
+    records: Sequence[RunRecord],
+    fetch: HistoryFetch,
+    metrics: Sequence[str] | None = None,
+    filter_string: str | None = None,
+    group_by: Sequence[str] = (),
+    include_unfinished: bool = False,
+) -> Experiment:
+    """The :class:`Experiment` of an experiment's run records (in the store's search order): runs sorted into
+    training and probe runs, selected (:func:`select_runs`), grouped and labelled, notes written, and the
+    histories of ``metrics`` of the kept runs got from ``fetch``. A function of plain data, so an MLflow store
+    (:func:`load_experiment`) and an exported file (:mod:`analysis.histories`) give the same Experiment.
+    """
+    metrics = tuple(dict.fromkeys(metrics or default_metrics()))
     notes: list[str] = []
-    found = _search_all(client, exp.experiment_id, filter_string)
     training, probes, skipped_no_est = [], [], 0
-    for run in found:
-        tags = run.data.tags
+    for run in records:
+        tags = run.tags
         if tag_text(tags.get(SUMMARY_TAG)) in ("1", "true", "True"):
             continue
         if tag_text(tags.get(PROBE_TAG)) in ("1", "true", "True"):
@@ -221,7 +281,7 @@ def load_experiment(
 
     runs, excluded = select_runs(_runs_frame(training, group_by), include_unfinished)
     kept = set(runs["run_id"])
-    training = [r for r in training if r.info.run_id in kept]
+    training = [r for r in training if r.run_id in kept]
     runs = _runs_frame(training, group_by)  # labels from the kept runs only
     if len(excluded):
         why = excluded["why"].value_counts()
@@ -233,10 +293,10 @@ def load_experiment(
         if unfinished:
             notes.append(f"{len(unfinished)} run(s) did not finish (kept by include_unfinished): their curves are partial.")
     groups = groups_frame(runs, training)
-    logged = {r.info.run_id: identity_params(r.data.params) for r in training}
+    logged = {r.run_id: identity_params(r.params) for r in training}
     group_params = {g: logged.get(ids.iloc[0], {}) for g, ids in runs.groupby("group_key", sort=False)["run_id"]}
 
-    histories = _load_histories(client, list(runs["run_id"]), metrics, threads)
+    histories = fetch(list(runs["run_id"]), metrics)
     for metric in metrics:
         if metric in M.MULTI_TURN_ONLY or metric in M.KL_HELD_ONLY:  # logged by some runs only, by design
             continue
@@ -245,7 +305,7 @@ def load_experiment(
             which = "any run" if len(missing) == len(runs) else f"{len(missing)} of {len(runs)} runs"
             notes.append(f"metric `{metric}` is missing in {which}.")
     return Experiment(
-        name=name, experiment_id=exp.experiment_id, tracking_uri=tracking_uri, runs=runs,
+        name=name, experiment_id=experiment_id, tracking_uri=tracking_uri, runs=runs,
         histories=histories, probes=_probes_frame(probes), notes=notes, excluded=excluded, groups=groups,
         group_params=group_params,
     )
@@ -283,10 +343,10 @@ def group_key(tags: Mapping[str, str], params: Mapping[str, str]) -> str:
     return "t:" + hashlib.sha256("|".join(knobs).encode()).hexdigest()[:10]
 
 
-def _param_value(run, key: str) -> str:
+def _param_value(run: RunRecord, key: str) -> str:
     """A ``--group-by`` key: the run tag of that name (an explicit "none", a control arm, stays "none"), else
     the logged param (``trainer.lr``)."""
-    return arm_text(run.data.tags.get(key)) or tag_text(run.data.params.get(key))
+    return arm_text(run.tags.get(key)) or tag_text(run.params.get(key))
 
 
 def identity_labels(base: Mapping[str, str], params: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
@@ -332,7 +392,7 @@ def select_runs(runs: pd.DataFrame, include_unfinished: bool = False) -> tuple[p
     return keep.reset_index(drop=True), pd.DataFrame(out, columns=cols + ["why"])
 
 
-def groups_frame(runs: pd.DataFrame, training: list) -> pd.DataFrame:
+def groups_frame(runs: pd.DataFrame, training: Sequence[RunRecord]) -> pd.DataFrame:
     """One row per group: label, group key, runs, seeds, and ``apart``: the identity params that vary
     across the experiment's groups, with this group's values (what sets it apart); for runs that
     logged no params, their estimator and context tags."""
@@ -340,8 +400,8 @@ def groups_frame(runs: pd.DataFrame, training: list) -> pd.DataFrame:
     if runs.empty:
         return pd.DataFrame(columns=cols)
     tag_keys = ("estimator", "n", "clip_c", "level", *CONTEXT_TAGS)  # runs without params: their tags
-    params = {r.info.run_id: identity_params(r.data.params)
-              or {k: tag_text(r.data.tags.get(k)) for k in tag_keys if tag_text(r.data.tags.get(k))}
+    params = {r.run_id: identity_params(r.params)
+              or {k: tag_text(r.tags.get(k)) for k in tag_keys if tag_text(r.tags.get(k))}
               for r in training}
     per_group = {g: params.get(ids.iloc[0], {}) for g, ids in runs.groupby("group_key", sort=False)["run_id"]}
     names = sorted({k for p in per_group.values() for k in p})
@@ -355,26 +415,26 @@ def groups_frame(runs: pd.DataFrame, training: list) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
-def _runs_frame(training: list, group_by: Sequence[str]) -> pd.DataFrame:
+def _runs_frame(training: Sequence[RunRecord], group_by: Sequence[str]) -> pd.DataFrame:
     if not training:
         return pd.DataFrame(columns=list(RUN_COLUMNS) + list(group_by))
     context = [t for t in CONTEXT_TAGS if t not in group_by]
-    varying = [t for t in context if len({tag_text(r.data.tags.get(t)) for r in training}) > 1]
+    varying = [t for t in context if len({tag_text(r.tags.get(t)) for r in training}) > 1]
     varying += [t for t in group_by if t not in varying]
     rows, base, params = [], {}, {}
     for run in training:
-        tags = run.data.tags
+        tags = run.tags
         level = _level(run)
         label_tags = {**tags, "level": level, **{t: _param_value(run, t) for t in group_by}}
         suffix = context_suffix(label_tags, varying)
         seed = tag_number(tags.get("seed"))
-        key = group_key(tags, run.data.params)
+        key = group_key(tags, run.params)
         base.setdefault(key, base_label(label_tags) + suffix)
-        params.setdefault(key, identity_params(run.data.params))
+        params.setdefault(key, identity_params(run.params))
         row = {
-            "run_id": run.info.run_id,
-            "run_name": run.info.run_name,
-            "status": run.info.status,
+            "run_id": run.run_id,
+            "run_name": run.run_name,
+            "status": run.status,
             "stopped": tag_text(tags.get("status")),  # the harness's own end: finished, diverged, pruned
             "label": "",
             "estimator": tag_text(tags.get("estimator")),
@@ -390,7 +450,7 @@ def _runs_frame(training: list, group_by: Sequence[str]) -> pd.DataFrame:
             "spec_sig": tag_text(tags.get("spec_sig")),
             "group_key": key,
             "git_commit": tag_text(tags.get("git_commit")),
-            "start_time": run.info.start_time,
+            "start_time": run.start_time,
         }
         for t in group_by:
             row.setdefault(t, label_tags[t])
@@ -404,11 +464,11 @@ def _runs_frame(training: list, group_by: Sequence[str]) -> pd.DataFrame:
     return frame.reset_index(drop=True)
 
 
-def _probes_frame(probes: list) -> pd.DataFrame:
+def _probes_frame(probes: Sequence[RunRecord]) -> pd.DataFrame:
     rows = []
     for run in probes:
-        tags, values = run.data.tags, run.data.metrics
-        row = {"run_id": run.info.run_id, "model_kind": tag_text(tags.get("model_kind")) or "?",
+        tags, values = run.tags, run.latest
+        row = {"run_id": run.run_id, "model_kind": tag_text(tags.get("model_kind")) or "?",
                "model": tag_text(tags.get("model")), "model_shape": tag_text(tags.get("model_shape")) or "",
                "perturbation": arm_text(tags.get("perturbation")) or "none", "seed": tag_text(tags.get("seed"))}
         for m in PROBE_METRICS:

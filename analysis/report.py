@@ -23,6 +23,7 @@ import pandas as pd
 from harness import metrics as M
 
 from .config import AnalysisConfig, ConfigError
+from .histories import open_experiment
 from .load import SUMMARY_TAG, Experiment, load_experiment
 from .measures import measure_experiment
 from .tables import Table, groups_table, marginal_table, noise_probe_table, poi_table, runs_table, summary_table, sweep_table
@@ -52,7 +53,7 @@ class ReportResult:
 
 
 def build_report(
-    experiment: str,
+    experiment: str | None,
     tracking_uri: str | None = None,
     out_dir: str | Path | None = None,
     cfg: AnalysisConfig | None = None,
@@ -62,19 +63,22 @@ def build_report(
     log_to_mlflow: bool = True,
     echo: Callable[[str], None] | None = print,
     include_unfinished: bool = False,
+    source: str | Path | None = None,
     primary: Sequence[tuple] = (),
 ) -> ReportResult:
-    """Write the report of ``experiment``; see the module docstring. Raises ``AnalysisError``.
+    """Write the report of ``experiment``; see the module docstring. Raises ``AnalysisError``. ``source``: an
+    exported histories file read instead of the store (:mod:`analysis.histories`; nothing is logged).
     ``primary``: the primary contrasts, pairs of group labels ``(a, b)`` and trends ``("trend", family)``."""
     cfg = cfg or AnalysisConfig()
     if x not in (None, "n", "clip_c"):
         raise ConfigError(f"--x must be n or clip_c, got {x!r}")
-    out = Path(out_dir) if out_dir else Path("figures") / experiment
     metrics = (cfg.reward_metric, cfg.loss_metric, cfg.kl_metric, cfg.time_metric, M.MOE_REPLAY_COVERAGE)
-    exp = load_experiment(experiment, tracking_uri, metrics=metrics, filter_string=filter_string, group_by=group_by,
-                          include_unfinished=include_unfinished)
+    exp = open_experiment(experiment, tracking_uri, source, metrics=metrics, filter_string=filter_string,
+                          group_by=group_by, include_unfinished=include_unfinished)
+    log_to_mlflow = log_to_mlflow and source is None  # a file has no store to log to
+    out = Path(out_dir) if out_dir else Path("figures") / exp.name
     out.mkdir(parents=True, exist_ok=True)  # only once the experiment is there: a bad name leaves no folder
-    result = ReportResult(experiment, out, out / "report.md", notes=list(exp.notes))
+    result = ReportResult(exp.name, out, out / "report.md", notes=list(exp.notes))
 
     measures = measure_experiment(exp, cfg)
     if exp.runs.empty:

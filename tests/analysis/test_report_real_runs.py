@@ -88,3 +88,18 @@ def test_report_over_real_harness_runs(small_experiment, fast_cfg):
         assert name in result.skipped and f"![{name}]" not in md
     assert "no probe runs" in md and "the runs are short" in md and result.summary_run_id
     assert "- perturbation: router=1" in md
+
+
+def test_report_from_exported_histories_matches_the_store(small_experiment, fast_cfg):
+    """`export` then `report --from` over real harness runs (the whole metric catalogue): every table byte for byte."""
+    from analysis.histories import export
+
+    tmp = small_experiment
+    uri = f"sqlite:///{tmp}/m.db"
+    path = export("small", uri, tmp / "small.json.gz").path
+    build_report("small", uri, tmp / "from_store", fast_cfg, echo=None, log_to_mlflow=False)
+    build_report(None, None, tmp / "from_file", fast_cfg, echo=None, source=path)
+    tables = lambda d: {p.name: p.read_bytes() for p in sorted(d.iterdir())  # noqa: E731
+                        if p.suffix in (".md", ".csv", ".tex") and p.name != "report.md"}
+    a = tables(tmp / "from_store")
+    assert {"summary.csv", "runs.csv", "groups.md"} <= set(a) and a == tables(tmp / "from_file")
