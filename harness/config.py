@@ -115,7 +115,7 @@ class InferenceConfig:
     top_p: float = 1.0  # sampler nucleus (after temperature and top-k, vLLM's order), 1 = off
     logprobs_mode: str = "processed"  # processed (the sampled distribution) | raw (before the sampler)
     # explicit perturbations (off by default, always logged)
-    router_noise_sigma: float = 0.0  # N(0, sigma^2) on router logits before top-k, fresh per call
+    router_noise_sigma: float = 1.0  # N(0, sigma^2) on router logits before top-k, fresh per call
     logit_noise_sigma: float = 0.0  # N(0, sigma^2) on output logits, fresh per call (unbiased in logit space)
     bias_delta: float = 1.0  # scale the probability of tokens with p < bias_threshold by delta (1 = off)
     bias_threshold: float = 0.05
@@ -139,14 +139,14 @@ def perturbations_on(icfg: InferenceConfig) -> list[tuple[str, str, float]]:
 
 @dataclass
 class TrainerConfig:
-    steps: int = 200
+    steps: int = 300
     prompts_per_step: int = 16
     group_size: int = 8  # responses per prompt (GRPO group)
-    lr: float = 1e-3
+    lr: float = 3e-4
     clip_eps: float = 0.2
     num_minibatches: int = 4  # optimiser steps per epoch over the rollout batch
     ppo_epochs: int = 1
-    max_grad_norm: Optional[float] = 1.0  # null = no clipping
+    max_grad_norm: Optional[float] = None  # null = no clipping
     weight_decay: float = 0.0
     entropy_coef: float = 0.0
     checkpoint_every: int = 10  # steps between checkpoints (0 = none); not part of the signature

@@ -164,3 +164,11 @@ def test_an_unknown_key_names_what_the_section_has(overrides, key, text):
     with pytest.raises(ConfigError) as exc:
         load(overrides)
     assert exc.value.key == key and text in str(exc.value)
+
+
+def test_the_dataclass_defaults_are_the_composed_default_spec():
+    """Code that builds RunConfig() directly (benchmarks) trains the CLI's default spec (issue 32): the dataclass
+    defaults and experiments/config.yaml agree on every key."""
+    from harness.config import RunConfig
+
+    assert RunConfig().to_dict() == load([]).to_dict()

@@ -44,7 +44,7 @@ def sampled_reward(policy: Policy, task: Task, gen: torch.Generator, n: int = 12
     multi-turn rollout in float32, deterministic, noiseless, sampling from ``gen``)."""
     prompts, answers = task.sample(n, gen)
     if task.multi_turn:
-        engine = InferenceEngine(policy, InferenceConfig(dtype="float32", deterministic=True, batch_variance=False), 0)
+        engine = InferenceEngine(policy, InferenceConfig(dtype="float32", deterministic=True, batch_variance=False, router_noise_sigma=0.0), 0)
         engine.sample_gens = [gen]
         tokens = task.rollout(engine, prompts).tokens
         return task.reward(task.final(tokens), answers)[0].mean().item()

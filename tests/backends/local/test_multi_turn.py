@@ -14,7 +14,7 @@ from harness.backends.local.trainer import LocalTrainer
 from harness.config import InferenceConfig, load
 from harness.tasks.vocab import CALL_END, EOS, PAD
 
-EXACT = InferenceConfig(dtype="float32", deterministic=True, batch_variance=False)  # float32, noiseless
+EXACT = InferenceConfig(dtype="float32", deterministic=True, batch_variance=False, router_noise_sigma=0.0)  # float32, noiseless
 
 
 @pytest.fixture(scope="module")
