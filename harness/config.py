@@ -463,6 +463,11 @@ def compose(overrides: list[str], config_name: str = "config", config_dir: Path 
         key = getattr(exc, "full_key", None) or max(named, key=len, default=None) or "spec"  # the most specific
         if msg.startswith("Could not override") and key != "spec":
             msg = _unknown_key(str(key), overrides, config_name, config_dir) or msg
+        if "LexerNoViableAlt" in msg or "token recognition error" in msg:  # Hydra's grammar: unquoted unicode etc.
+            bad = next((ov for ov in overrides if ov.split("=")[0].lstrip("+~") == key), None)
+            value = bad.partition("=")[2] if bad else "..."
+            msg = (f"Hydra cannot parse the value {value!r} unquoted (non-ASCII letters and some symbols need "
+                   f"quotes): quote it, \"{key}='{value}'\" on a shell command line")
         raise ConfigError(str(key), msg) from None
     return OmegaConf.to_container(cfg, resolve=True)
 

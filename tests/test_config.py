@@ -172,3 +172,10 @@ def test_the_dataclass_defaults_are_the_composed_default_spec():
     from harness.config import RunConfig
 
     assert RunConfig().to_dict() == load([]).to_dict()
+
+
+def test_an_unquoted_unicode_value_gets_the_quote_hint():
+    with pytest.raises(ConfigError) as err:
+        load(["tracking.experiment=héllo"])
+    assert err.value.key == "tracking.experiment" and "quote it" in str(err.value)
+    assert "\"tracking.experiment='héllo'\"" in str(err.value)
