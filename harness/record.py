@@ -9,10 +9,12 @@ it. The order of a run's bookkeeping, each step before anything heavier:
    holds nothing of another run (signature, seed or experiment differ: :class:`IdentityError`, exit 2,
    with the way out: ``--rerun`` or another ``out_dir``); the folder is writable (:class:`RunFolderError`,
    exit 2, naming the path); the run is looked up **in the store** (a FINISHED run of this signature and
-   seed: its summary is returned and nothing runs); a checkpoint is read and must be this run's
-   (a truncated or foreign one: :class:`CheckpointError` / :class:`IdentityError`, exit 2).
+   seed: its summary is returned and nothing runs); a checkpoint is read, tensors and plain values only
+   (:mod:`harness.torchfile`: a file naming code is refused unrun), and must be this run's (a truncated,
+   crafted or foreign one: :class:`CheckpointError` / :class:`IdentityError`, exit 2).
 2. :meth:`RunRecord.start` — creates the MLflow run (or re-attaches to the checkpoint's).
-3. :meth:`RunRecord.save_checkpoint` every ``trainer.checkpoint_every`` steps (atomic: tmp + rename).
+3. :meth:`RunRecord.save_checkpoint` every ``trainer.checkpoint_every`` steps (atomic: tmp + rename; a failed
+   write removes the tmp file and is :class:`CheckpointWriteError`, one line naming the path, exit 1).
 4. :meth:`RunRecord.finish` (summary, FINISHED) or :meth:`RunRecord.end` — an interrupt (SIGINT,
    SIGTERM: :class:`Interrupted`; submitit's preemption exit) ends the MLflow run KILLED, any other failure FAILED: no run is left
    RUNNING by a process that is gone (only a SIGKILL can, and its checkpoint resumes it). Under submitit a
@@ -33,7 +35,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Iterator
 
-from harness import store
+from harness import store, torchfile
 
 IDENTITY_FILE = "run.json"
 SUMMARY_FILE = "summary.json"
@@ -51,6 +53,10 @@ class CheckpointError(ValueError):
 
 class RunFolderError(ValueError):
     """The run folder cannot be created or written (exit 2)."""
+
+
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (disk full, a write error): the run ends FAILED (exit 1)."""
 
 
 class Interrupted(BaseException):
@@ -161,15 +167,12 @@ class RunRecord:
             raise RunFolderError(f"cannot write the run folder {d}: {exc.strerror or exc}; choose a writable out_dir") from None
 
     def _read_checkpoint(self) -> dict[str, Any]:
-        import torch
-
         p = self.checkpoint_path
         try:
-            state = torch.load(p, weights_only=False, map_location="cpu")
-        except Exception as exc:  # noqa: BLE001 - truncated, empty, random bytes, unreadable
-            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise CheckpointError(f"checkpoint {p} cannot be read ({why[:120]}): delete it to start this run over, "
-                                  f"or --rerun") from None
+            state = torchfile.load(p)  # tensors and plain values only: a crafted pickle is refused, not run
+        except Exception as exc:  # noqa: BLE001 - truncated, empty, random bytes, crafted, unreadable
+            raise CheckpointError(f"checkpoint {p} cannot be read ({torchfile.cause(exc)}): delete it to start "
+                                  f"this run over, or --rerun") from None
         if not isinstance(state, dict) or not isinstance(state.get("identity"), dict) or "trainer" not in state:
             raise CheckpointError(f"checkpoint {p} carries no run identity (an older harness wrote it, or it is "
                                   f"not a checkpoint): delete it to start this run over, or --rerun")
@@ -240,12 +243,14 @@ class RunRecord:
 
     # ---------------------------------------------------------------- 3. checkpoints, the loop
     def save_checkpoint(self, trainer_state: dict[str, Any], extra: dict[str, Any]) -> None:
-        import torch
-
-        tmp = self.checkpoint_path.with_suffix(".tmp")
-        torch.save({"identity": asdict(self.identity), "run_id": self.identity.run_id, "trainer": trainer_state,
-                    **extra}, tmp)
-        tmp.replace(self.checkpoint_path)
+        """Write ``checkpoint.pt`` atomically (tensors and plain values: :mod:`harness.torchfile`); a failed write
+        leaves the previous checkpoint and no tmp file, and is :class:`CheckpointWriteError` naming the path."""
+        state = {"identity": asdict(self.identity), "run_id": self.identity.run_id, "trainer": trainer_state, **extra}
+        try:
+            torchfile.save(state, self.checkpoint_path)
+        except torchfile.WriteFailed as exc:
+            raise CheckpointWriteError(f"{exc}; free space there (or choose another out_dir), then the same command "
+                                       f"resumes from the last checkpoint written") from None
 
     @contextmanager
     def loop(self) -> Iterator["RunRecord"]:

@@ -97,7 +97,7 @@ def test_an_interrupted_pack_resumes_each_seed_into_its_own_run_with_each_step_o
     with pytest.raises(Preempted):
         execute_pack(cfgs("cut"))
     monkeypatch.setattr(PackTrainer, "run_step", real_step)
-    first_ids = [torch.load(c.run_dir / "checkpoint.pt", weights_only=False)["run_id"] for c in cfgs("cut")]
+    first_ids = [torch.load(c.run_dir / "checkpoint.pt", weights_only=True)["run_id"] for c in cfgs("cut")]
     resumed = execute_pack(cfgs("cut"))
     client = MlflowClient(cfgs("cut")[0].tracking_uri)
 
