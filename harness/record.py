@@ -5,11 +5,13 @@ A run's **identity** is (signature, seed, experiment, tracking URI) plus, once i
 run id. The run folder (``run.json``), the checkpoint (``checkpoint.pt``) and ``summary.json`` all carry
 it. The order of a run's bookkeeping, each step before anything heavier:
 
-1. :meth:`RunRecord.prepare` — the store is reachable (``harness.store.check``, seconds); the folder
-   holds nothing of another run (signature, seed or experiment differ: :class:`IdentityError`, exit 2,
-   with the way out: ``--rerun`` or another ``out_dir``); the folder is writable (:class:`RunFolderError`,
-   exit 2, naming the path); the run is looked up **in the store** (a FINISHED run of this signature and
-   seed: its summary is returned and nothing runs); a checkpoint is read, tensors and plain values only
+1. :meth:`RunRecord.prepare` — the store is reachable (``harness.store.check``, seconds); the folder is
+   writable (:class:`RunFolderError`, exit 2, naming the path) and this process's alone (``run.lock``,
+   :mod:`harness.runlock`, held until the run ends: another live process training this run is
+   :class:`RunInProgress`, exit 2); the folder holds nothing of another run (signature, seed or experiment
+   differ: :class:`IdentityError`, exit 2, with the way out: ``--rerun`` or another ``out_dir``); the run is
+   looked up **in the store** (a FINISHED run of this signature and seed: its summary is returned, the lock let
+   go and nothing runs); a checkpoint is read, tensors and plain values only
    (:mod:`harness.torchfile`: a file naming code is refused unrun), and must be this run's (a truncated,
    crafted or foreign one: :class:`CheckpointError` / :class:`IdentityError`, exit 2).
 2. :meth:`RunRecord.start` — creates the MLflow run (or re-attaches to the checkpoint's).
@@ -20,6 +22,7 @@ it. The order of a run's bookkeeping, each step before anything heavier:
    RUNNING by a process that is gone (only a SIGKILL can, and its checkpoint resumes it). Under submitit a
    ``scancel`` ends that way: submitit's job ignores SIGTERM (its preemption signal is USR2), so Slurm's SIGKILL
    follows and the MLflow run stays RUNNING until a rerun resumes it; analysis leaves RUNNING runs out.
+   Either way the folder's lock is let go (:meth:`RunRecord.release`; the loops call it once more, finally).
 
 Signals (:func:`signals_as_interrupts`, installed by the CLI): the first SIGINT/SIGTERM during the
 training loop lets the current step end, writes a checkpoint (if enabled) and raises
@@ -36,6 +39,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from harness import store, torchfile
+from harness.runlock import RunInProgress, RunLock  # noqa: F401 - RunInProgress: the entry points' exit 2
 
 IDENTITY_FILE = "run.json"
 SUMMARY_FILE = "summary.json"
@@ -100,6 +104,7 @@ class RunRecord:
         self.tracker = None
         self.in_loop = False
         self.stop_signal: int | None = None
+        self.lock = RunLock(self.dir)
 
     # ------------------------------------------------------------------------- paths
     @property
@@ -122,15 +127,37 @@ class RunRecord:
 
         uri = self.identity.tracking_uri
         store.check(uri)
-        self._check_folder()
-        client = client_for(uri)
-        done = store.finished_run(client, self.identity.experiment, self.identity.signature, self.identity.seed,
-                                  after_ms=self.finished_after_ms)
-        if done is not None:
-            return self._summary_of(client, done)
-        if self.state is not None:
-            self._check_checkpoint_run(client)
+        self._lock()
+        try:
+            self._check_folder()
+            client = client_for(uri)
+            done = store.finished_run(client, self.identity.experiment, self.identity.signature,
+                                      self.identity.seed, after_ms=self.finished_after_ms)
+            if done is not None:
+                self.release()  # finished: nothing will be written
+                return self._summary_of(client, done)
+            if self.state is not None:
+                self._check_checkpoint_run(client)
+        except BaseException:
+            self.release()
+            raise
         return None
+
+    def _lock(self) -> None:
+        """Create the folder and take its lock (:mod:`harness.runlock`): before anything is read or set aside."""
+        d = self.dir
+        if d.exists() and not d.is_dir():
+            raise RunFolderError(f"run folder {d}: exists and is not a folder; choose another out_dir")
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            self.lock.acquire()
+        except OSError as exc:
+            raise RunFolderError(f"cannot write the run folder {d}: {exc.strerror or exc}; "
+                                 f"choose a writable out_dir") from None
+
+    def release(self) -> None:
+        """Let the folder's lock go (idempotent): the run has ended, or will not run in this process."""
+        self.lock.release()
 
     def _check_folder(self) -> None:
         d = self.dir
@@ -281,17 +308,22 @@ class RunRecord:
             raise
         t.finish("FINISHED")
         self.checkpoint_path.unlink(missing_ok=True)
+        self.release()
 
     def end(self, exc: BaseException) -> None:
-        """An interrupted run ends KILLED, a failed one FAILED (best effort: the store may be the failure)."""
-        if self.tracker is None:
-            return
-        # SystemExit: submitit's preemption (USR2 -> checkpoint, requeue, exit): the requeued job resumes the run
-        status = "KILLED" if isinstance(exc, (Interrupted, KeyboardInterrupt, SystemExit)) else "FAILED"
+        """An interrupted run ends KILLED, a failed one FAILED (best effort: the store may be the failure); the
+        folder's lock is let go."""
         try:
-            self.tracker.finish(status)
-        except Exception:  # noqa: BLE001 - report the original failure, not this one
-            pass
+            if self.tracker is None:
+                return
+            # SystemExit: submitit's preemption (USR2 -> checkpoint, requeue, exit): the requeued job resumes the run
+            status = "KILLED" if isinstance(exc, (Interrupted, KeyboardInterrupt, SystemExit)) else "FAILED"
+            try:
+                self.tracker.finish(status)
+            except Exception:  # noqa: BLE001 - report the original failure, not this one
+                pass
+        finally:
+            self.release()
 
     def _archive(self, *names: str) -> None:
         stamp = _stamp()

@@ -32,8 +32,9 @@ Groups (options: the YAML files in experiments/<group>/):
 
 A run is finished when its store (tracking.uri > $MLFLOW_TRACKING_URI > <project>/mlruns.db) holds a
 FINISHED run of its signature and seed; then it prints that result and trains nothing.
-Exit status: 0 done, 2 bad input (spec, folder, checkpoint), 1 store unreachable or a checkpoint not written
-(disk full), 3 diverged, 130/143 interrupted (SIGINT/SIGTERM: the MLflow run ends KILLED, a checkpoint resumes it)."""
+Exit status: 0 done, 2 bad input (spec, folder, checkpoint) or the run in progress in another process,
+1 store unreachable or a checkpoint not written (disk full), 3 diverged,
+130/143 interrupted (SIGINT/SIGTERM: the MLflow run ends KILLED, a checkpoint resumes it)."""
 
 
 def usage() -> str:
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# signature: {cfg.signature}")
         return 0
     from harness.record import (CheckpointError, CheckpointWriteError, IdentityError, Interrupted, RunFolderError,
-                                signals_as_interrupts)
+                                RunInProgress, signals_as_interrupts)
     from harness.tracking import TrackingError
 
     try:
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             summary = backend.run(cfg, rerun="--rerun" in argv)
             if summary is None:  # the backend wrote its result itself (verl)
                 return 0
-    except (ConfigError, IdentityError, CheckpointError, RunFolderError) as exc:
+    except (ConfigError, IdentityError, CheckpointError, RunFolderError, RunInProgress) as exc:
         return fail(exc, 2)
     except (TrackingError, CheckpointWriteError) as exc:
         return fail(exc, 1)

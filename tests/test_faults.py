@@ -333,6 +333,53 @@ def test_a_crafted_checkpoint_is_refused_not_run(tiny_overrides, tmp_path, capsy
     assert runs(load(over).tracking_uri) == []
 
 
+def _racer(over):
+    return subprocess.Popen([sys.executable, "-m", "harness.run", *over, "trainer.checkpoint_every=5"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_two_identical_runs_started_together_train_once(tiny_overrides):
+    import socket
+
+    over = tiny_overrides(steps=40, name="twice")
+    procs = [_racer(over), _racer(over)]  # on 56d12ff the second resumed the first's live checkpoint: both trained
+    outs = [p.communicate(timeout=600) for p in procs]
+    codes = [p.returncode for p in procs]
+    assert sorted(codes) == [0, 2], [e[-1500:] for _, e in outs]
+    winner, loser = (0, 1) if codes[0] == 0 else (1, 0)
+    err = outs[loser][1]
+    assert f"error: run in progress (pid {procs[winner].pid}, host {socket.gethostname()})" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    uri = load(over).tracking_uri
+    (run,) = runs(uri)
+    assert run.info.status == "FINISHED" and steps_logged(uri, run.info.run_id) == list(range(40))  # each step once
+
+
+def test_a_lock_left_by_a_dead_process_does_not_block_but_a_live_one_does(tiny_overrides, capsys):
+    import json
+    import socket
+
+    from harness.runlock import LOCK_FILE, RunLock
+
+    over = tiny_overrides(steps=2, name="locked")
+    folder = load(over).run_dir
+    folder.mkdir(parents=True)
+    held = RunLock(folder)
+    held.acquire()  # as a live process training this run would
+    try:
+        assert main(over) == 2
+    finally:
+        held.release()
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: run in progress (pid {os.getpid()}, host {socket.gethostname()})")
+    assert runs(load(over).tracking_uri) == []  # nothing started
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (folder / LOCK_FILE).write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))  # its lock is gone
+    assert main(over) == 0
+    assert (folder / LOCK_FILE).read_text() == ""  # let go at the end
+
+
 def test_a_failed_checkpoint_write_leaves_no_tmp_file_and_the_last_checkpoint_resumes(tiny_overrides, monkeypatch,
                                                                                        capsys):
     import errno
