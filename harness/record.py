@@ -5,19 +5,24 @@ A run's **identity** is (signature, seed, experiment, tracking URI) plus, once i
 run id. The run folder (``run.json``), the checkpoint (``checkpoint.pt``) and ``summary.json`` all carry
 it. The order of a run's bookkeeping, each step before anything heavier:
 
-1. :meth:`RunRecord.prepare` — the store is reachable (``harness.store.check``, seconds); the folder
-   holds nothing of another run (signature, seed or experiment differ: :class:`IdentityError`, exit 2,
-   with the way out: ``--rerun`` or another ``out_dir``); the folder is writable (:class:`RunFolderError`,
-   exit 2, naming the path); the run is looked up **in the store** (a FINISHED run of this signature and
-   seed: its summary is returned and nothing runs); a checkpoint is read and must be this run's
-   (a truncated or foreign one: :class:`CheckpointError` / :class:`IdentityError`, exit 2).
+1. :meth:`RunRecord.prepare` — the store is reachable (``harness.store.check``, seconds); the folder is
+   writable (:class:`RunFolderError`, exit 2, naming the path) and this process's alone (``run.lock``,
+   :mod:`harness.runlock`, held until the run ends: another live process training this run is
+   :class:`RunInProgress`, exit 2); the folder holds nothing of another run (signature, seed or experiment
+   differ: :class:`IdentityError`, exit 2, with the way out: ``--rerun`` or another ``out_dir``); the run is
+   looked up **in the store** (a FINISHED run of this signature and seed: its summary is returned, the lock let
+   go and nothing runs); a checkpoint is read, tensors and plain values only
+   (:mod:`harness.torchfile`: a file naming code is refused unrun), and must be this run's (a truncated,
+   crafted or foreign one: :class:`CheckpointError` / :class:`IdentityError`, exit 2).
 2. :meth:`RunRecord.start` — creates the MLflow run (or re-attaches to the checkpoint's).
-3. :meth:`RunRecord.save_checkpoint` every ``trainer.checkpoint_every`` steps (atomic: tmp + rename).
+3. :meth:`RunRecord.save_checkpoint` every ``trainer.checkpoint_every`` steps (atomic: tmp + rename; a failed
+   write removes the tmp file and is :class:`CheckpointWriteError`, one line naming the path, exit 1).
 4. :meth:`RunRecord.finish` (summary, FINISHED) or :meth:`RunRecord.end` — an interrupt (SIGINT,
    SIGTERM: :class:`Interrupted`; submitit's preemption exit) ends the MLflow run KILLED, any other failure FAILED: no run is left
    RUNNING by a process that is gone (only a SIGKILL can, and its checkpoint resumes it). Under submitit a
    ``scancel`` ends that way: submitit's job ignores SIGTERM (its preemption signal is USR2), so Slurm's SIGKILL
    follows and the MLflow run stays RUNNING until a rerun resumes it; analysis leaves RUNNING runs out.
+   Either way the folder's lock is let go (:meth:`RunRecord.release`; the loops call it once more, finally).
 
 Signals (:func:`signals_as_interrupts`, installed by the CLI): the first SIGINT/SIGTERM during the
 training loop lets the current step end, writes a checkpoint (if enabled) and raises
@@ -33,7 +38,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Iterator
 
-from harness import store
+from harness import store, torchfile
+from harness.runlock import RunInProgress, RunLock  # noqa: F401 - RunInProgress: the entry points' exit 2
 
 IDENTITY_FILE = "run.json"
 SUMMARY_FILE = "summary.json"
@@ -51,6 +57,10 @@ class CheckpointError(ValueError):
 
 class RunFolderError(ValueError):
     """The run folder cannot be created or written (exit 2)."""
+
+
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (disk full, a write error): the run ends FAILED (exit 1)."""
 
 
 class Interrupted(BaseException):
@@ -94,6 +104,7 @@ class RunRecord:
         self.tracker = None
         self.in_loop = False
         self.stop_signal: int | None = None
+        self.lock = RunLock(self.dir)
 
     # ------------------------------------------------------------------------- paths
     @property
@@ -116,15 +127,37 @@ class RunRecord:
 
         uri = self.identity.tracking_uri
         store.check(uri)
-        self._check_folder()
-        client = client_for(uri)
-        done = store.finished_run(client, self.identity.experiment, self.identity.signature, self.identity.seed,
-                                  after_ms=self.finished_after_ms)
-        if done is not None:
-            return self._summary_of(client, done)
-        if self.state is not None:
-            self._check_checkpoint_run(client)
+        self._lock()
+        try:
+            self._check_folder()
+            client = client_for(uri)
+            done = store.finished_run(client, self.identity.experiment, self.identity.signature,
+                                      self.identity.seed, after_ms=self.finished_after_ms)
+            if done is not None:
+                self.release()  # finished: nothing will be written
+                return self._summary_of(client, done)
+            if self.state is not None:
+                self._check_checkpoint_run(client)
+        except BaseException:
+            self.release()
+            raise
         return None
+
+    def _lock(self) -> None:
+        """Create the folder and take its lock (:mod:`harness.runlock`): before anything is read or set aside."""
+        d = self.dir
+        if d.exists() and not d.is_dir():
+            raise RunFolderError(f"run folder {d}: exists and is not a folder; choose another out_dir")
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            self.lock.acquire()
+        except OSError as exc:
+            raise RunFolderError(f"cannot write the run folder {d}: {exc.strerror or exc}; "
+                                 f"choose a writable out_dir") from None
+
+    def release(self) -> None:
+        """Let the folder's lock go (idempotent): the run has ended, or will not run in this process."""
+        self.lock.release()
 
     def _check_folder(self) -> None:
         d = self.dir
@@ -161,15 +194,12 @@ class RunRecord:
             raise RunFolderError(f"cannot write the run folder {d}: {exc.strerror or exc}; choose a writable out_dir") from None
 
     def _read_checkpoint(self) -> dict[str, Any]:
-        import torch
-
         p = self.checkpoint_path
         try:
-            state = torch.load(p, weights_only=False, map_location="cpu")
-        except Exception as exc:  # noqa: BLE001 - truncated, empty, random bytes, unreadable
-            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise CheckpointError(f"checkpoint {p} cannot be read ({why[:120]}): delete it to start this run over, "
-                                  f"or --rerun") from None
+            state = torchfile.load(p)  # tensors and plain values only: a crafted pickle is refused, not run
+        except Exception as exc:  # noqa: BLE001 - truncated, empty, random bytes, crafted, unreadable
+            raise CheckpointError(f"checkpoint {p} cannot be read ({torchfile.cause(exc)}): delete it to start "
+                                  f"this run over, or --rerun") from None
         if not isinstance(state, dict) or not isinstance(state.get("identity"), dict) or "trainer" not in state:
             raise CheckpointError(f"checkpoint {p} carries no run identity (an older harness wrote it, or it is "
                                   f"not a checkpoint): delete it to start this run over, or --rerun")
@@ -240,12 +270,14 @@ class RunRecord:
 
     # ---------------------------------------------------------------- 3. checkpoints, the loop
     def save_checkpoint(self, trainer_state: dict[str, Any], extra: dict[str, Any]) -> None:
-        import torch
-
-        tmp = self.checkpoint_path.with_suffix(".tmp")
-        torch.save({"identity": asdict(self.identity), "run_id": self.identity.run_id, "trainer": trainer_state,
-                    **extra}, tmp)
-        tmp.replace(self.checkpoint_path)
+        """Write ``checkpoint.pt`` atomically (tensors and plain values: :mod:`harness.torchfile`); a failed write
+        leaves the previous checkpoint and no tmp file, and is :class:`CheckpointWriteError` naming the path."""
+        state = {"identity": asdict(self.identity), "run_id": self.identity.run_id, "trainer": trainer_state, **extra}
+        try:
+            torchfile.save(state, self.checkpoint_path)
+        except torchfile.WriteFailed as exc:
+            raise CheckpointWriteError(f"{exc}; free space there (or choose another out_dir), then the same command "
+                                       f"resumes from the last checkpoint written") from None
 
     @contextmanager
     def loop(self) -> Iterator["RunRecord"]:
@@ -276,17 +308,22 @@ class RunRecord:
             raise
         t.finish("FINISHED")
         self.checkpoint_path.unlink(missing_ok=True)
+        self.release()
 
     def end(self, exc: BaseException) -> None:
-        """An interrupted run ends KILLED, a failed one FAILED (best effort: the store may be the failure)."""
-        if self.tracker is None:
-            return
-        # SystemExit: submitit's preemption (USR2 -> checkpoint, requeue, exit): the requeued job resumes the run
-        status = "KILLED" if isinstance(exc, (Interrupted, KeyboardInterrupt, SystemExit)) else "FAILED"
+        """An interrupted run ends KILLED, a failed one FAILED (best effort: the store may be the failure); the
+        folder's lock is let go."""
         try:
-            self.tracker.finish(status)
-        except Exception:  # noqa: BLE001 - report the original failure, not this one
-            pass
+            if self.tracker is None:
+                return
+            # SystemExit: submitit's preemption (USR2 -> checkpoint, requeue, exit): the requeued job resumes the run
+            status = "KILLED" if isinstance(exc, (Interrupted, KeyboardInterrupt, SystemExit)) else "FAILED"
+            try:
+                self.tracker.finish(status)
+            except Exception:  # noqa: BLE001 - report the original failure, not this one
+                pass
+        finally:
+            self.release()
 
     def _archive(self, *names: str) -> None:
         stamp = _stamp()

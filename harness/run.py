@@ -32,7 +32,8 @@ Groups (options: the YAML files in experiments/<group>/):
 
 A run is finished when its store (tracking.uri > $MLFLOW_TRACKING_URI > <project>/mlruns.db) holds a
 FINISHED run of its signature and seed; then it prints that result and trains nothing.
-Exit status: 0 done, 2 bad input (spec, folder, checkpoint), 1 store unreachable, 3 diverged,
+Exit status: 0 done, 2 bad input (spec, folder, checkpoint) or the run in progress in another process,
+1 store unreachable or a checkpoint not written (disk full), 3 diverged,
 130/143 interrupted (SIGINT/SIGTERM: the MLflow run ends KILLED, a checkpoint resumes it)."""
 
 
@@ -76,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
         print(f"# signature: {cfg.signature}")
         return 0
-    from harness.record import CheckpointError, IdentityError, Interrupted, RunFolderError, signals_as_interrupts
+    from harness.record import (CheckpointError, CheckpointWriteError, IdentityError, Interrupted, RunFolderError,
+                                RunInProgress, signals_as_interrupts)
     from harness.tracking import TrackingError
 
     try:
@@ -84,9 +86,9 @@ def main(argv: list[str] | None = None) -> int:
             summary = backend.run(cfg, rerun="--rerun" in argv)
             if summary is None:  # the backend wrote its result itself (verl)
                 return 0
-    except (ConfigError, IdentityError, CheckpointError, RunFolderError) as exc:
+    except (ConfigError, IdentityError, CheckpointError, RunFolderError, RunInProgress) as exc:
         return fail(exc, 2)
-    except TrackingError as exc:
+    except (TrackingError, CheckpointWriteError) as exc:
         return fail(exc, 1)
     except Interrupted as exc:
         print(f"interrupted ({exc})", file=sys.stderr)

@@ -295,3 +295,123 @@ def test_status_calls_a_run_finished_only_when_its_store_says_so(tmp_path):
     mrun = _store_run(client, "stale", run)
     client.set_terminated(mrun.info.run_id, "FINISHED")
     assert [s.state for s in sweep_status(spec)] == ["finished"]
+
+
+# ------------------------------------------------- issue 27: files that run code, two writers, failed writes
+class Crafted:
+    """Unpickled by ``torch.load(weights_only=False)``, it creates the file ``marker`` (any command would do)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import pathlib
+
+        return pathlib.Path.touch, (pathlib.Path(self.marker),)
+
+
+def crafted_file(path, marker, **content):
+    """A torch file at ``path`` that would run ``Crafted`` on a plain load; checked live, then ``marker`` removed."""
+    import torch
+
+    torch.save({**content, "trainer": Crafted(marker)}, path)
+    torch.load(path, weights_only=False)  # the file is live: the old loader ran it
+    assert marker.exists()
+    marker.unlink()
+
+
+def test_a_crafted_checkpoint_is_refused_not_run(tiny_overrides, tmp_path, capsys):
+    over = tiny_overrides(steps=2, name="crafted")
+    ckpt, marker = load(over).run_dir / "checkpoint.pt", tmp_path / "MARKER"
+    ckpt.parent.mkdir(parents=True)
+    crafted_file(ckpt, marker, identity={"signature": load(over).signature})
+    assert main(over) == 2
+    err = capsys.readouterr().err
+    assert not marker.exists()  # created on 56d12ff: the checkpoint ran its command before any identity check
+    assert err.startswith(f"error: checkpoint {ckpt} cannot be read (refused") and "--rerun" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert runs(load(over).tracking_uri) == []
+
+
+def _racer(over):
+    return subprocess.Popen([sys.executable, "-m", "harness.run", *over, "trainer.checkpoint_every=5"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_two_identical_runs_started_together_train_once(tiny_overrides):
+    import socket
+
+    over = tiny_overrides(steps=40, name="twice")
+    procs = [_racer(over), _racer(over)]  # on 56d12ff the second resumed the first's live checkpoint: both trained
+    outs = [p.communicate(timeout=600) for p in procs]
+    codes = [p.returncode for p in procs]
+    assert sorted(codes) == [0, 2], [e[-1500:] for _, e in outs]
+    winner, loser = (0, 1) if codes[0] == 0 else (1, 0)
+    err = outs[loser][1]
+    assert f"error: run in progress (pid {procs[winner].pid}, host {socket.gethostname()})" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    uri = load(over).tracking_uri
+    (run,) = runs(uri)
+    assert run.info.status == "FINISHED" and steps_logged(uri, run.info.run_id) == list(range(40))  # each step once
+
+
+def test_a_lock_left_by_a_dead_process_does_not_block_but_a_live_one_does(tiny_overrides, capsys):
+    import json
+    import socket
+
+    from harness.runlock import LOCK_FILE, RunLock
+
+    over = tiny_overrides(steps=2, name="locked")
+    folder = load(over).run_dir
+    folder.mkdir(parents=True)
+    held = RunLock(folder)
+    held.acquire()  # as a live process training this run would
+    try:
+        assert main(over) == 2
+    finally:
+        held.release()
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: run in progress (pid {os.getpid()}, host {socket.gethostname()})")
+    assert runs(load(over).tracking_uri) == []  # nothing started
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (folder / LOCK_FILE).write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))  # its lock is gone
+    assert main(over) == 0
+    assert (folder / LOCK_FILE).read_text() == ""  # let go at the end
+
+
+def test_a_failed_checkpoint_write_leaves_no_tmp_file_and_the_last_checkpoint_resumes(tiny_overrides, monkeypatch,
+                                                                                       capsys):
+    import errno
+
+    import torch
+
+    from harness import torchfile
+
+    over = tiny_overrides("trainer.checkpoint_every=1", steps=4, name="full")
+    cfg = load(over)
+    real, calls = torch.save, []
+
+    def disk_full_on_the_second(obj, path, *args, **kwargs):
+        if str(path).startswith(str(cfg.run_dir / "checkpoint.")):  # its tmp file; not the warm start's cache
+            calls.append(path)
+        if len(calls) < 2:
+            return real(obj, path, *args, **kwargs)
+        with open(path, "wb") as f:
+            f.write(b"half a checkpoint")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", disk_full_on_the_second)
+    assert main(over) == 1
+    monkeypatch.setattr(torch, "save", real)
+    err = capsys.readouterr().err
+    lines = [line for line in err.replace("\r", "\n").splitlines() if line.strip()]  # after the progress bar
+    ckpt = cfg.run_dir / "checkpoint.pt"
+    assert lines[-1].startswith(f"error: cannot write {ckpt}: No space left on device") and "resumes" in lines[-1]
+    assert "Traceback" not in err and err.count("error:") == 1
+    assert not list(cfg.run_dir.glob("*.tmp"))  # checkpoint.tmp was left behind on 56d12ff
+    assert torchfile.load(ckpt)["trainer"]["step"] == 1  # the last checkpoint written is kept
+    (run,) = runs(cfg.tracking_uri)
+    assert run.info.status == "FAILED"
+    assert main(over) == 0  # the way out it names works: the same command resumes
+    assert steps_logged(cfg.tracking_uri, run.info.run_id) == list(range(4))

@@ -67,7 +67,7 @@ def test_resume_after_interruption_continues_the_same_run_with_each_step_once(ti
     assert (cfg.run_dir / "checkpoint.pt").exists()
     import torch
 
-    interrupted_run = torch.load(cfg.run_dir / "checkpoint.pt", weights_only=False)["run_id"]
+    interrupted_run = torch.load(cfg.run_dir / "checkpoint.pt", weights_only=True)["run_id"]
     resumed = execute(cfg, progress=False)
     for key in CURVES:
         assert history(cfg, resumed, key) == history(base, straight, key), key

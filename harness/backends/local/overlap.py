@@ -18,7 +18,8 @@ passes; the training side computes pi_old (recompute etc.), diagnostics and the 
 - **Determinism**: each process consumes its own per-seed generators (sampling, data, engine noise and
   diagnostics on the rollout side; minibatch shuffles on the training side) in a fixed order, and the
   order of messages is fixed, so the curve does not depend on timing.
-- **Checkpoint**: ``state_dict`` drains the batch in flight and stores it (``pending``) with the rollout
+- **Checkpoint**: ``state_dict`` drains the batch in flight and stores it (``pending``, as a plain dict: a checkpoint
+  holds tensors and plain values only, ``harness.torchfile``) with the rollout
   side's generators as they were after making it (``data_gen``, ``diag_gen``, ``infer``); a resume trains
   on that batch (moved to the trainer's device: checkpoints are read onto the CPU) and restarts the worker's
   generators from there: bitwise the run that was not stopped.
@@ -40,6 +41,7 @@ import torch
 import torch.multiprocessing as mp
 
 from harness import metrics as M
+from harness.backends.local.inference_engine import Rollout
 from harness.backends.local.model import PolicyPack
 from harness.backends.local.trainer import Batch, LocalTrainer, OldPolicyContext, PackTrainer
 from harness.config import RunConfig
@@ -54,7 +56,22 @@ def _send(conn, obj: Any) -> None:
 
 
 def _recv(conn, device: str | torch.device = "cpu") -> Any:
-    return torch.load(io.BytesIO(conn.recv_bytes()), map_location=device, weights_only=False)
+    """A message of the other process: tensors and plain values only (a batch travels as :func:`plain`)."""
+    return torch.load(io.BytesIO(conn.recv_bytes()), map_location=device, weights_only=True)
+
+
+def plain(batch: Batch | None) -> dict | None:
+    """The batch as a dict of tensors and plain values (its rollout a dict too), for a checkpoint or a message."""
+    if batch is None:
+        return None
+    return {**vars(batch), "roll": vars(batch.roll).copy()}
+
+
+def unplain(data: dict | None) -> Batch | None:
+    """The batch :func:`plain` made ``data`` of."""
+    if data is None:
+        return None
+    return Batch(**{**data, "roll": Rollout(**data["roll"])})
 
 
 def publish(src: PolicyPack, dst: PolicyPack) -> None:
@@ -139,7 +156,7 @@ def _main(conn, spec: dict, shared: PolicyPack, device: str, threads: int, paren
             if msg[0] == "stop":
                 return
             if msg[0] == "collect":
-                _send(conn, ("batch", side.collect(), side.state()))
+                _send(conn, ("batch", plain(side.collect()), side.state()))
             elif msg[0] == "load_state":
                 side.load_state(msg[1])
                 _send(conn, ("ok",))
@@ -218,7 +235,8 @@ class OverlapTrainer(LocalTrainer):
 
     def _drain(self) -> None:
         if self.in_flight:
-            _, self.pending, self.rollout_state = self.worker.reply()
+            _, batch, self.rollout_state = self.worker.reply()
+            self.pending = unplain(batch)
             self.in_flight = False
 
     def run_step(self) -> dict[str, float]:  # type: ignore[override]
@@ -242,7 +260,7 @@ class OverlapTrainer(LocalTrainer):
         state = super().state_dict()
         if self.rollout_state is not None:
             state.update(self.rollout_state)
-        state["pending"] = self.pending
+        state["pending"] = plain(self.pending)
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -251,7 +269,7 @@ class OverlapTrainer(LocalTrainer):
         self.rollout_state = {k: state[k] for k in ROLLOUT_STATE}
         self.worker.send("load_state", self.rollout_state)
         self.worker.reply()
-        self.pending = _on(state.get("pending"), self.device)  # harness.record loads checkpoints onto the CPU
+        self.pending = _on(unplain(state.get("pending")), self.device)  # harness.record loads checkpoints onto the CPU
 
     def close(self) -> None:
         """Take the batch in flight (so the worker is not left blocked sending it), then stop the worker."""

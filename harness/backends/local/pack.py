@@ -1,7 +1,7 @@
 """Seed packs: train S seeds of one spec in one process (``PackTrainer``), each seed an ordinary run.
 
 ``execute_pack(cfgs)`` is ``harness.backends.local.run.execute`` for several seeds of one spec: every seed has its
-own :class:`harness.record.RunRecord` (folder, identity, store lookup, MLflow run, checkpoint,
+own :class:`harness.record.RunRecord` (folder and its lock, identity, store lookup, MLflow run, checkpoint,
 summary), exactly as if it ran alone. Seeds already finished in the store return their summary;
 the others train together, resuming each from its own checkpoint (seeds checkpointed at different
 steps train as separate packs, one per step). A seed that diverges is finished at once (status
@@ -43,17 +43,21 @@ def execute_pack(cfgs: list[RunConfig], rerun: bool = False, tags: dict[str, str
     records = [RunRecord(c, rerun=rerun, finished_after_ms=finished_after_ms, tags=tags) for c in cfgs]
     summaries: dict[int, object] = {}
     by_step: dict[int, list[int]] = {}
-    for i, rec in enumerate(records):
-        done = rec.prepare()
-        if done is not None:
-            summaries[i] = done
-        else:
-            by_step.setdefault(rec.state["trainer"]["step"] if rec.state is not None else 0, []).append(i)
-    if by_step:
-        torch.set_num_threads(cfgs[0].backend.threads)
-        device = device_of(cfgs[0])
-        for idx in by_step.values():
-            summaries.update(zip(idx, _train([records[i] for i in idx], device)))
+    try:
+        for i, rec in enumerate(records):  # every seed's folder locked before any trains (one in progress: exit 2)
+            done = rec.prepare()
+            if done is not None:
+                summaries[i] = done
+            else:
+                by_step.setdefault(rec.state["trainer"]["step"] if rec.state is not None else 0, []).append(i)
+        if by_step:
+            torch.set_num_threads(cfgs[0].backend.threads)
+            device = device_of(cfgs[0])
+            for idx in by_step.values():
+                summaries.update(zip(idx, _train([records[i] for i in idx], device)))
+    finally:
+        for rec in records:  # each seed's folder lock, however the pack ended
+            rec.release()
     return [summaries[i] for i in range(len(cfgs))]
 
 

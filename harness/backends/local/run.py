@@ -51,20 +51,31 @@ def execute(cfg: RunConfig, on_step: Callable[[int, dict[str, float]], bool] | N
     ``rerun``: set the folder's files aside and train again even if the store has it finished;
     ``finished_after_ms``: only a FINISHED run started at or after this time counts (a sweep's --rerun).
     """
+    from harness import numerics
+    from harness.record import RunRecord
+
+    numerics.pin()  # before torch's first operator, a checkpoint's load included (harness/numerics.py)
+    record = RunRecord(cfg, rerun=rerun, finished_after_ms=finished_after_ms, tags=tags)
+    done = record.prepare()  # store, folder lock, identity, store lookup, checkpoint: seconds, before the warm start
+    if done is not None:
+        return done
+    try:
+        return _train(record, on_step, progress)
+    finally:
+        record.release()  # the folder's lock, however the run ended
+
+
+def _train(record, on_step: Callable[[int, dict[str, float]], bool] | None, progress: bool) -> RunSummary:
+    """The training loop of :func:`execute`, for a prepared ``record`` (its folder locked)."""
     import torch
     from tqdm import tqdm
 
     from harness import metrics as M
-    from harness import numerics
     from harness.backends.local.overlap import make_trainer
-    from harness.record import Interrupted, RunRecord
+    from harness.record import Interrupted
     from harness.tracking import StepBuffer
 
-    numerics.pin()  # before torch's first operator, a checkpoint's load included (harness/numerics.py)
-    record = RunRecord(cfg, rerun=rerun, finished_after_ms=finished_after_ms, tags=tags)
-    done = record.prepare()  # store, folder, identity, store lookup, checkpoint: seconds, before the warm start
-    if done is not None:
-        return done
+    cfg = record.cfg
     torch.set_num_threads(cfg.backend.threads)
     torch.manual_seed(cfg.seed)
     device = device_of(cfg)

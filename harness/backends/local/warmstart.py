@@ -4,13 +4,14 @@ Teacher-forced cross-entropy on reference answers (a multi-turn task: on the pol
 call and answer, the observation and padding as context only) until the *sampled* reward of the inference
 path reaches ``target_reward`` (checked every ``eval_every`` steps) or ``max_steps``. Cached per
 (model, task, seed) under ``.cache/warmstart/`` so every estimator of a comparison starts from
-the same weights.
+the same weights. A cache file is read as tensors and plain values only (``harness.torchfile``: one naming code is
+refused, not run); one that cannot be read (truncated, crafted, another layout) is named in a warning and made
+again; one that cannot be written (disk full) is named in a warning and the run goes on uncached.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 import time
 from dataclasses import asdict
@@ -24,7 +25,7 @@ from harness.backends.local import train_engine
 from harness.backends.local.inference_engine import InferenceEngine
 from harness.backends.local.model import Policy, build_policy
 from harness.backends.local.tasks import Task
-from harness import numerics
+from harness import numerics, torchfile
 from harness.config import LOCAL_NUMERICS, ROOT, InferenceConfig, ModelConfig, TaskConfig
 
 CACHE = ROOT / ".cache" / "warmstart"
@@ -62,11 +63,11 @@ def warm_start(mcfg: ModelConfig, tcfg: TaskConfig, seed: int, use_cache: bool =
     on stderr, shows a bar on a terminal, and prints its steps, reward and time at the end."""
     numerics.check()
     path = cache_path(mcfg, tcfg, seed)
-    policy = build_policy(mcfg, seed)
     if use_cache and path.exists():
-        blob = torch.load(path, weights_only=False)
-        policy.load_state_dict(blob["state"])
-        return policy, blob["record"]
+        cached = _from_cache(path, mcfg, seed)
+        if cached is not None:
+            return cached
+    policy = build_policy(mcfg, seed)
     ws, task = tcfg.warmstart, Task(tcfg)
     gen = torch.Generator().manual_seed(seed * 7919 + 17)
     opt = torch.optim.AdamW(policy.parameters(), lr=ws.lr, weight_decay=0.0)
@@ -95,8 +96,38 @@ def warm_start(mcfg: ModelConfig, tcfg: TaskConfig, seed: int, use_cache: bool =
     say(f"warm start done: {step} steps, sampled reward {reward:.3f}, {time.monotonic() - t0:.0f} s (cached in {path.parent})")
     record = {"steps": step, "reward": reward}
     if use_cache:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # concurrent runs may warm-start the same model
-        torch.save({"state": policy.state_dict(), "record": record}, tmp)
-        tmp.replace(path)
+        _to_cache(path, policy, record)
     return policy, record
+
+
+def _from_cache(path: Path, mcfg: ModelConfig, seed: int) -> tuple[Policy, dict] | None:
+    """The cached (policy, record), or None with a warning naming ``path`` when it cannot be used (then the
+    warm start runs again and replaces it): a corrupt cache must not break every run of its (model, task, seed)."""
+    try:
+        blob = torchfile.load(path)  # tensors and plain values: a crafted file is refused, not run
+        record = blob.get("record") if isinstance(blob, dict) else None
+        if not isinstance(record, dict) or not {"steps", "reward"} <= record.keys() or "state" not in blob:
+            raise ValueError("not a warm-start cache: no state and record {steps, reward}")
+        policy = build_policy(mcfg, seed)
+        policy.load_state_dict(blob["state"])
+    except Exception as exc:  # noqa: BLE001 - truncated, crafted, another layout: made again
+        _warn(f"warm-start cache {path} cannot be read ({torchfile.cause(exc)}): warming up again, then replacing it")
+        return None
+    return policy, record
+
+
+def _to_cache(path: Path, policy: Policy, record: dict) -> None:
+    """Cache the warm start (atomically: concurrent runs may warm-start the same model); a failed write is a
+    warning naming the path, and the run goes on."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torchfile.save({"state": policy.state_dict(), "record": record}, path)
+    except torchfile.WriteFailed as exc:
+        _warn(f"warm start not cached ({exc}); the next run of this model, task and seed warms up again")
+    except OSError as exc:
+        _warn(f"warm start not cached (cannot create {path.parent}: {torchfile.cause(exc)}); the next run of this "
+              f"model, task and seed warms up again")
+
+
+def _warn(msg: str) -> None:
+    print(f"warning: {msg}", file=sys.stderr, flush=True)

@@ -17,6 +17,7 @@ from harness.backends.local.inference_engine import InferenceEngine
 from harness.backends.local.model import PolicyPack
 from harness.backends.local.overlap import OverlapTrainer
 from harness.backends.local.trainer import LocalTrainer
+from harness import torchfile
 from harness.config import ROOT, load
 from harness.errors import ConfigError
 
@@ -105,14 +106,14 @@ def test_a_checkpoint_holds_the_batch_in_flight_and_resumes_bitwise():
     try:
         head = _curve(first, 2)
         buf = io.BytesIO()
-        torch.save(first.state_dict(), buf)  # as harness.record writes checkpoint.pt
+        torch.save(first.state_dict(), buf)  # as harness.record writes checkpoint.pt (harness.torchfile.save)
         assert first.pending is not None  # the batch of step 2, made during step 1's update
         head += _curve(first, 1)  # checkpointing (a drain) does not change the run
     finally:
         first.close()
     resumed = OverlapTrainer(cfg, CPU)
     try:
-        resumed.load_state_dict(torch.load(io.BytesIO(buf.getvalue()), weights_only=False))
+        resumed.load_state_dict(torchfile.load(io.BytesIO(buf.getvalue())))  # tensors and plain values only
         tail = _curve(resumed, 3)
     finally:
         resumed.close()
@@ -131,7 +132,7 @@ def test_a_resumed_batch_in_flight_moves_to_the_trainers_device():
         state = first.state_dict()
     finally:
         first.close()
-    assert state["pending"] is not None and state["pending"].adv.device == CPU
+    assert state["pending"] is not None and state["pending"]["adv"].device == CPU  # a plain dict (torchfile)
     resumed = OverlapTrainer(cfg, CPU)
     try:
         resumed.device = torch.device("meta")

@@ -97,7 +97,7 @@ def test_an_interrupted_pack_resumes_each_seed_into_its_own_run_with_each_step_o
     with pytest.raises(Preempted):
         execute_pack(cfgs("cut"))
     monkeypatch.setattr(PackTrainer, "run_step", real_step)
-    first_ids = [torch.load(c.run_dir / "checkpoint.pt", weights_only=False)["run_id"] for c in cfgs("cut")]
+    first_ids = [torch.load(c.run_dir / "checkpoint.pt", weights_only=True)["run_id"] for c in cfgs("cut")]
     resumed = execute_pack(cfgs("cut"))
     client = MlflowClient(cfgs("cut")[0].tracking_uri)
 
@@ -108,3 +108,29 @@ def test_an_interrupted_pack_resumes_each_seed_into_its_own_run_with_each_step_o
         for key in ("reward/mean", "policy/loss", "mismatch/k3"):
             assert curve(b.run_id, key) == curve(a.run_id, key), key
     assert [s.run_id for s in resumed] == first_ids  # each seed continued its own MLflow run
+
+
+def test_a_pack_stops_before_training_when_one_seeds_run_is_in_progress_and_lets_the_other_folders_go(
+        tiny_overrides):
+    import os
+
+    from mlflow.tracking import MlflowClient
+
+    from harness.backends.local.pack import execute_pack
+    from harness.runlock import RunInProgress, RunLock
+
+    cfgs = [load(tiny_overrides(f"seed={s}", steps=2, name=f"busy{s}")) for s in (0, 1)]
+    cfgs[1].run_dir.mkdir(parents=True)
+    held = RunLock(cfgs[1].run_dir)  # seed 1 training in another process
+    held.acquire()
+    try:
+        with pytest.raises(RunInProgress, match=f"pid {os.getpid()}"):
+            execute_pack(cfgs)
+    finally:
+        held.release()
+    free = RunLock(cfgs[0].run_dir)  # seed 0's folder was prepared (locked) first, then let go
+    free.acquire()
+    free.release()
+    client = MlflowClient(cfgs[0].tracking_uri)
+    exp = client.get_experiment_by_name("test")
+    assert exp is None or client.search_runs([exp.experiment_id]) == []  # nothing trained
