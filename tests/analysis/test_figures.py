@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from analysis.figures import FigureContext, figure
@@ -74,31 +73,3 @@ def test_many_curves_put_the_legend_outside_the_data_with_integer_step_ticks(fre
     assert legend.x0 >= frame.x1 - 1, (legend, frame)  # right of the axes, not over the curves
     steps = [t.get_loc() for t in ax.xaxis.get_major_ticks() if ax.get_xlim()[0] <= t.get_loc() <= ax.get_xlim()[1]]
     assert steps and all(float(s).is_integer() for s in steps), steps
-
-
-def _lab(rgb) -> np.ndarray:
-    """sRGB (0..1) -> CIELAB (D65)."""
-    c = np.asarray(rgb, float)
-    lin = np.where(c > 0.04045, ((c + 0.055) / 1.055) ** 2.4, c / 12.92)
-    xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]) @ lin
-    xyz = xyz / np.array([0.95047, 1.0, 1.08883])
-    f = np.where(xyz > 0.008856, np.cbrt(xyz), 7.787 * xyz + 16 / 116)
-    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
-
-
-def test_palette_keeps_the_ablation_groups_apart():
-    """The 13 groups of the ablation + n-sweep figure: any two colours >= 15 apart (CIE76 Delta E),
-    two estimators >= 25 (mean_n's darkest orange was mis's brown, its n=4 and n=8 12.9 apart)."""
-    groups = [("rollout", "rollout", ""), ("recompute", "recompute", ""), ("tis(C=2,token)", "tis", "token"),
-              ("mis(C=2,sequence)", "mis", "sequence"), ("icepop", "icepop", ""), ("r3", "r3", ""),
-              *[(f"mean_n(n={n})", "mean_n", "") for n in (1, 2, 4, 8, 16)], ("rais", "rais", ""),
-              ("deterministic", "deterministic", "")]
-    p = Palette(groups)
-    for (a, ea, _), (b, eb, _) in itertools.combinations(groups, 2):
-        d = float(np.linalg.norm(_lab(p[a].colour) - _lab(p[b].colour)))
-        assert d >= (15 if ea == eb else 25), (a, b, d)
-
-
-@pytest.mark.parametrize("rgb", [(1.0, 1.0, 1.0), (0.0, 0.0, 0.0)])
-def test_lab_reference_points(rgb):
-    assert _lab(rgb)[0] == pytest.approx(100.0 if rgb[0] else 0.0, abs=0.1)
