@@ -3,11 +3,14 @@ experiments in a tmp MLflow store: the reliability review's figure findings, eac
 from __future__ import annotations
 
 import itertools
+import shutil
 
 import numpy as np
+import pytest
+from matplotlib import image as mpimg
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from analysis.figures import FigureContext, figure
+from analysis.figures import FigureContext, camp_panels, draw, figure, pixel_size
 from analysis.load import load_experiment
 from analysis.measures import measure_experiment
 from analysis.palette import Palette
@@ -62,14 +65,99 @@ def test_tis_sensitivity_ticks_title_and_ci_claim(fresh_store, fast_cfg, tmp_pat
         assert "95%" not in ax.get_ylabel() and "no CI" in ax.get_ylabel()
 
 
-def test_many_curves_put_the_legend_outside_the_data_with_integer_step_ticks(fresh_store, fast_cfg, tmp_path):
+def title(fig) -> str:
+    return fig._suptitle.get_text().replace("\n", " ")
+
+
+def legend_outside(fig, ax) -> bool:
+    """The axes' legend (or, without one, the figure's) does not overlap the axes' data area."""
+    render(fig)
+    legend = ax.get_legend() or fig.legends[0]
+    return not legend.get_window_extent().overlaps(ax.get_window_extent())
+
+
+def test_many_curves_get_small_multiples_with_legends_outside_and_integer_step_ticks(fresh_store, fast_cfg, tmp_path):
     runs = [SyntheticRun(e, s, curve(4, seed=s), n=n) for s in range(2)
             for e, n in [("mean_n", n) for n in (1, 2, 4, 8, 16)] + [("rollout", None), ("recompute", None), ("r3", None)]]
     log_runs(fresh_store.uri, "many", runs)
     fig = figure("reward_vs_step", context(fresh_store.uri, "many", fast_cfg, tmp_path))
-    ax = fig.axes[0]
-    render(fig)
-    legend, frame = ax.get_legend().get_window_extent(), ax.get_window_extent()
-    assert legend.x0 >= frame.x1 - 1, (legend, frame)  # right of the axes, not over the curves
-    steps = [t.get_loc() for t in ax.xaxis.get_major_ticks() if ax.get_xlim()[0] <= t.get_loc() <= ax.get_xlim()[1]]
-    assert steps and all(float(s).is_integer() for s in steps), steps
+    assert [ax.get_title() for ax in fig.axes] == ["routing replay", "sampling noise"]
+    for ax in fig.axes:
+        assert legend_outside(fig, ax)
+        steps = [t.get_loc() for t in ax.xaxis.get_major_ticks() if ax.get_xlim()[0] <= t.get_loc() <= ax.get_xlim()[1]]
+        assert steps and all(float(s).is_integer() for s in steps), steps
+
+
+# ---- small multiples, bands, survival (issue 28 item 8) ---------------------------------------------------------
+
+MANY_SEEDS = 8
+
+
+@pytest.fixture(scope="module")
+def verdict_uri(empty_db, tmp_path_factory) -> str:
+    """8 seeds of rollout (collapses in every seed), recompute, tis and mean_n(n=4) (stable), 3 seeds of icepop."""
+    root = tmp_path_factory.mktemp("verdicts")
+    shutil.copy(empty_db, root / "m.db")
+    uri = f"sqlite:///{root / 'm.db'}"
+    T = 60
+    runs = []
+    for s in range(MANY_SEEDS):
+        runs += [SyntheticRun("rollout", s, curve(T, ramp=15, drop_at=35, seed=500 + s)),
+                 SyntheticRun("recompute", s, curve(T, ramp=15, plateau=0.75, seed=600 + s)),
+                 SyntheticRun("tis", s, curve(T, ramp=15, seed=700 + s), clip_c=2.0, level="token"),
+                 SyntheticRun("mean_n", s, curve(T, ramp=15, plateau=0.78, seed=800 + s), n=4)]
+    runs += [SyntheticRun("icepop", s, curve(T, ramp=15, seed=900 + s)) for s in range(3)]
+    log_runs(uri, "verdicts", runs)
+    return uri
+
+
+def test_small_multiples_one_panel_per_camp_shared_y_references_and_no_band_under_min_seeds(store, fast_cfg, tmp_path):
+    """demo: 9 groups of 3 seeds: one panel per camp (recompute and rollout are the references, in every panel,
+    not a baseline panel of their own), legends below the panels, and no band (3 < min_seeds)."""
+    ctx = context(store.uri, "demo", fast_cfg, tmp_path)
+    refs, panels = camp_panels(ctx.exp)
+    assert refs == ["recompute", "rollout"] and [p.title for p in panels] == ["re-weighting", "sampling noise"]
+    for name in ("reward_vs_step", "survival", "kl_vs_step"):
+        fig = figure(name, ctx)
+        assert [ax.get_title() for ax in fig.axes] == [p.title for p in panels], name
+        a, b = fig.axes
+        assert a.get_shared_y_axes().joined(a, b), name
+        for ax, panel in zip(fig.axes, panels):
+            assert legend_outside(fig, ax), (name, ax.get_title())
+            shown = [t.get_text().split(":")[0] for t in ax.get_legend().get_texts()]
+            assert shown == list(panel.labels), (name, shown)
+            assert len(ax.lines) >= len(panel.labels) + len(refs)  # the references drawn in every panel
+            if name != "survival":
+                assert not ax.collections, f"{name}: a band with 3 seeds per group"
+        if name != "survival":
+            assert "no band: < 5 seeds per group" in title(fig)
+    png = draw("reward_vs_step", ctx)[0]
+    w, h = pixel_size("reward_vs_step", fast_cfg.dpi, panels=len(panels))
+    assert mpimg.imread(png).shape[:2] == (h, w)
+
+
+def test_band_only_for_groups_with_min_seeds(verdict_uri, fast_cfg, tmp_path):
+    ctx = context(verdict_uri, "verdicts", fast_cfg, tmp_path)
+    fig = figure("reward_vs_step", ctx)
+    (ax,) = fig.axes
+    assert len(ax.collections) == 4  # the four groups of 8 seeds; icepop (3) has none
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert [t for t in texts if "no band" in t] == ["icepop (3 seeds, no band)"], texts
+    assert "groups with >= 5 seeds" in title(fig) and legend_outside(fig, ax)
+
+
+def test_survival_curves_at_one_stay_visible_and_the_legend_is_outside(verdict_uri, fast_cfg, tmp_path):
+    """Groups that never collapse share the line at 1.0: each drawn at its own small offset, the legend (with
+    collapsed/runs) outside the data."""
+    ctx = context(verdict_uri, "verdicts", fast_cfg, tmp_path)
+    fig = figure("survival", ctx)
+    (ax,) = fig.axes
+    starts = [float(line.get_ydata()[0]) for line in ax.lines if line.get_label() and not line.get_label().startswith("_")]
+    assert len(starts) == 5 and len(set(np.round(starts, 6))) == 5, starts
+    assert max(starts) - min(starts) <= 0.03
+    assert "rollout: 8/8" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend_outside(fig, ax)
+    for name in ("kl_vs_step", "collapse_onset"):
+        fig = figure(name, ctx)
+        assert legend_outside(fig, fig.axes[0]), name
+
