@@ -1,7 +1,7 @@
 """Figures (matplotlib, Agg), each written as ``<name>.png`` and ``<name>.pdf``.
 
 Every figure has a fixed size (:data:`FIG_SIZES`, inches; PNG pixels = inches x ``dpi``) or one set by its
-content - a grid of small multiples (:func:`figure_size`) -, the style of the KwaiKAT
+content - a grid of small multiples, a forest plot's rows (:func:`figure_size`) -, the style of the KwaiKAT
 reference figures (title, "Step" axis, dashed light grid) with every legend outside the data, and the report's
 :class:`analysis.palette.Palette`, so a group has one colour everywhere.
 
@@ -26,6 +26,11 @@ reference figures (title, "Step" axis, dashed light grid) with every legend outs
   with >= ``min_seeds`` runs) against n (``mean_n``) / against C (``tis`` and ``mis``, token vs sequence as
   line styles; the title names the levels present). Tick labels at 3 significant figures, thinned so they
   never overprint; no CI band or CI claim when every point has one run.
+- ``forest``: the pair comparisons of the verdicts (:mod:`analysis.verdicts`, ``FigureContext.comparisons``):
+  one row per pair tested in a family - the primary ones, then the exploratory ones that separate, then
+  :data:`FOREST_REST` more by smallest p -, one panel per endpoint, the effect A - B with its simultaneous
+  interval, filled when it separates, hollow (gray) when not; seeds and Holm p in a right-hand column.
+  Missing when no pair has enough seeds to be tested.
 
 A figure whose inputs are missing raises :class:`MissingInput` with the reason; the report turns it
 into a note.
@@ -56,18 +61,22 @@ from .palette import (BASE_COLOUR, BASE_STYLE, LEVEL_STYLE, REFERENCE_COLOUR, UN
                       camp, camp_order)
 from .stats import curve_band, iqm_ci, survival_at, wilson  # noqa: E402
 
-FIG_SIZES: dict[str, tuple[float, float]] = {
+FIG_SIZES: dict[str, tuple[float, float]] = {  # forest: width; height by rows (figure_size)
     "reward_vs_step": (10, 6),
     "kl_vs_step": (10, 5),
     "survival": (10, 5),
     "collapse_onset": (10, 5),
     "n_sweep": (12, 5),
     "tis_sensitivity": (12, 5),
+    "forest": (13, 6),
 }
 FORMATS = ("png", "pdf")
 SMALL_MULTIPLES_ABOVE = 6  # more groups than this: reward, KL and survival get one panel per camp
 MAX_PER_PANEL = 6  # a camp with more groups is split into panels of about equal size (an estimator's variants together)
 PANEL_SIZE = (4.4, 3.6)  # inches of one small-multiples panel, its legend below it included
+FOREST_ROW, FOREST_PAD = 0.27, 2.0  # inches per forest row, and for titles, axes and legend
+FOREST_REST = 20  # exploratory pairs shown beside those that separate (smallest p first)
+FOREST_MAX_ROWS = 60
 
 
 class MissingInput(Exception):
@@ -81,6 +90,8 @@ class FigureContext:
     cfg: AnalysisConfig
     palette: Palette
     out_dir: Path
+    #: the report's verdicts (:func:`analysis.verdict_tables.run_verdicts`); None: the forest plot computes them
+    comparisons: list | None = None
 
 
 def grid_shape(panels: int) -> tuple[int, int]:
@@ -89,17 +100,20 @@ def grid_shape(panels: int) -> tuple[int, int]:
     return math.ceil(panels / ncols), ncols
 
 
-def figure_size(name: str, panels: int = 1) -> tuple[float, float]:
-    """Inches of figure ``name``: :data:`FIG_SIZES`, or a grid of ``panels`` small multiples (> 1)."""
+def figure_size(name: str, panels: int = 1, rows: int = 0) -> tuple[float, float]:
+    """Inches of figure ``name``: :data:`FIG_SIZES`, a grid of ``panels`` small multiples (> 1), or a forest
+    plot of ``rows`` rows."""
+    if name == "forest" and rows:
+        return FIG_SIZES[name][0], FOREST_PAD + FOREST_ROW * rows
     if panels > 1:
         nr, nc = grid_shape(panels)
         return PANEL_SIZE[0] * nc + 0.4, PANEL_SIZE[1] * nr + 1.0
     return FIG_SIZES[name]
 
 
-def pixel_size(name: str, dpi: int, panels: int = 1) -> tuple[int, int]:
+def pixel_size(name: str, dpi: int, panels: int = 1, rows: int = 0) -> tuple[int, int]:
     """(width, height) in pixels of the PNG of figure ``name`` (see :func:`figure_size`)."""
-    w, h = figure_size(name, panels)
+    w, h = figure_size(name, panels, rows)
     return int(round(w * dpi)), int(round(h * dpi))
 
 
@@ -570,6 +584,143 @@ def tis_sensitivity(ctx: FigureContext) -> Figure:
     return _sweep(ctx, "tis_sensitivity", "clip_c", ("tis", "mis"), f"Sensitivity to the cap C ({what})", "C")
 
 
+# ---- forest plot of the pair comparisons ------------------------------------------------------------------------
+
+FOREST_AXIS = {"collapse": "Collapse rate", "final": "Final reward", "auc": "AUC"}
+MINUS = "\u2212"
+
+
+def _level(level: float) -> str:
+    """A simultaneous level as a percentage with the digits that tell it from 100 % (98.8%, 99.984%)."""
+    digits = max(1, int(np.ceil(-np.log10(max(1 - level, 1e-12)))) - 1)
+    return f"{100 * level:.{digits}f}%"
+
+
+def _p(p: float) -> str:
+    return "-" if not np.isfinite(p) else f"{p:.2g}" if p < 0.01 else f"{p:.2f}"
+
+
+def forest_rows(comparisons: Sequence, alpha: float) -> tuple[list[tuple], dict]:
+    """The rows of the forest plot and its counts: ``[("header", text) | ("pair", (a, b), {endpoint: c})]``.
+    Pairs tested in a family only (pairs with too few seeds have no interval); the primary ones first, then the
+    exploratory ones that separate (on any endpoint), then up to :data:`FOREST_REST` more by smallest p;
+    :data:`FOREST_MAX_ROWS` at most."""
+    tested = [c for c in comparisons if c.kind == "pair" and c.family in ("primary", "exploratory")]
+    pairs: dict[tuple[str, str], dict[str, object]] = {}
+    for c in tested:
+        pairs.setdefault((c.a, c.b), {})[c.endpoint] = c
+    size = {fam: sum(c.family == fam for c in comparisons) for fam in ("primary", "exploratory")}
+
+    def fam(pair) -> str:
+        return "primary" if any(c.family == "primary" for c in pairs[pair].values()) else "exploratory"
+
+    def sep(pair) -> bool:
+        return any(c.verdict == "separates" for c in pairs[pair].values())
+
+    def p_min(pair) -> float:
+        return min((c.p for c in pairs[pair].values() if np.isfinite(c.p)), default=2.0)
+
+    prim = sorted((pr for pr in pairs if fam(pr) == "primary"), key=p_min)
+    expl = [pr for pr in pairs if fam(pr) == "exploratory"]
+    expl_sep = sorted((pr for pr in expl if sep(pr)), key=p_min)
+    expl_rest = sorted((pr for pr in expl if not sep(pr)), key=p_min)[:FOREST_REST]
+    room = FOREST_MAX_ROWS - len(prim)
+    expl_shown = (expl_sep + expl_rest)[:max(room, 0)]
+    rows: list[tuple] = []
+    if prim:
+        rows.append(("header", f"primary: {sum(map(sep, prim))} of {len(prim)} separate"))
+        rows += [("pair", pr, pairs[pr]) for pr in prim]
+    if expl_shown:
+        rows.append(("header", f"exploratory: {len(expl_sep)} of {len(expl)} separate"))
+        rows += [("pair", pr, pairs[pr]) for pr in expl_shown]
+    counts = {"shown": len(prim) + len(expl_shown), "tested": len(pairs), "primary": len(prim),
+              "more": max(len(expl_shown) - len(expl_sep), 0),
+              "too_few": len({(c.a, c.b) for c in comparisons if c.kind == "pair" and c.family == "none"}),
+              "levels": {fam: 1 - alpha / m for fam, m in size.items() if m}}
+    return rows, counts
+
+
+def _seeds_text(cs: dict) -> str:
+    c = next(iter(cs.values()))
+    return f"{c.n_pairs} paired" if c.paired else f"{c.n_a} vs {c.n_b}"
+
+
+def forest(ctx: FigureContext) -> Figure:
+    cs = ctx.comparisons
+    if cs is None:
+        from .verdict_tables import run_verdicts
+
+        cs = run_verdicts(ctx.exp, ctx.measures, ctx.cfg) if len(ctx.measures) and len(ctx.exp.labels) > 1 else []
+    pairs = [c for c in cs if c.kind == "pair"]
+    rows, counts = forest_rows(cs, ctx.cfg.alpha)
+    if not pairs:
+        raise MissingInput("needs >= 2 groups with per-run measures")
+    if not counts["tested"]:
+        raise MissingInput(f"too few seeds: no pair of groups has >= {ctx.cfg.min_seeds} seeds in each (paired: "
+                           "common seeds), so no comparison was tested and none has an interval")
+    shown = [r for r in rows if r[0] == "pair"]
+    endpoints = [ep for ep in FOREST_AXIS if any(ep in r[2] for r in shown)]
+    fig = Figure(figsize=figure_size("forest", rows=len(rows)), dpi=ctx.cfg.dpi, layout="constrained")
+    axes = list(fig.subplots(1, len(endpoints), sharey=True, squeeze=False)[0])
+    ys = np.arange(len(rows))
+    for ax, ep in zip(axes, endpoints):
+        ax.grid(True, axis="x", linestyle="--", alpha=0.6)
+        ax.axvline(0.0, color="0.3", linewidth=1.0, zorder=1)
+        for y, row in zip(ys, rows):
+            if row[0] == "header":
+                ax.axhspan(y - 0.5, y + 0.5, color="0.92", linewidth=0, zorder=0)
+                continue
+            c = row[2].get(ep)
+            if c is None or not np.isfinite(c.effect):
+                continue
+            filled = c.verdict == "separates"
+            tone = "black" if filled else "0.45"  # what does not separate recedes, its interval included
+            if np.isfinite(c.lo) and np.isfinite(c.hi):
+                ax.plot([c.lo, c.hi], [y, y], color=tone, linewidth=1.4, solid_capstyle="butt", zorder=2)
+            ax.plot([c.effect], [y], marker="o", markersize=6.5, linestyle="none", markeredgecolor=tone,
+                    markeredgewidth=1.3, markerfacecolor=tone if filled else "white", zorder=3)
+        tests = sorted({r[2][ep].test + (", paired" if r[2][ep].paired else "") for r in shown if ep in r[2]})
+        ax.set_title(f"{FOREST_AXIS[ep]}\n{'; '.join(tests)}", fontsize=10)
+        paired = all(r[2][ep].paired for r in shown if ep in r[2])
+        ax.set_xlabel(f"A {MINUS} B" + (" (rate)" if ep == "collapse" else " (mean per-seed difference)" if paired
+                                         else " (difference of means)"))
+        if ep == "collapse":
+            ax.set_xlim(-1.05, 1.05)
+    axes[0].set_ylim(len(rows) - 0.5, -0.5)
+    axes[0].set_yticks(ys)
+    axes[0].set_yticklabels([r[1] if r[0] == "header" else f"{r[1][0]} {MINUS} {r[1][1]}" for r in rows],
+                            fontsize=8 if len(rows) <= 30 else 7)
+    for tick, row in zip(axes[0].get_yticklabels(), rows):
+        if row[0] == "header":
+            tick.set_fontweight("bold")
+            tick.set_fontstyle("italic")
+    for ax in axes[1:]:
+        ax.tick_params(axis="y", left=False)
+    right = axes[-1].twinx()  # the right-hand column: seeds and Holm p per endpoint
+    right.set_ylim(axes[0].get_ylim())
+    right.set_yticks(ys)
+    right.set_yticklabels(["seeds | Holm p (" + " / ".join(endpoints) + ")" if r[0] == "header" else
+                           f"{_seeds_text(r[2])} | " + " / ".join(_p(r[2][ep].p_holm) if ep in r[2] else "-"
+                                                                 for ep in endpoints) for r in rows],
+                          fontsize=8 if len(rows) <= 30 else 7)
+    right.tick_params(axis="y", right=False)
+    handles = [Line2D([], [], marker="o", linestyle="none", color="black", markerfacecolor="black",
+                      label=f"separates (Holm p < {ctx.cfg.alpha:g} in its family)"),
+               Line2D([], [], marker="o", linestyle="none", color="0.45", markerfacecolor="white",
+                      label="not shown (grey)"),
+               Line2D([], [], color="black", linewidth=1.4,
+                      label=f"bootstrap interval at the family's simultaneous level 1 {MINUS} alpha/m")]
+    fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=9, frameon=False)
+    n_sep = counts["shown"] - counts["more"] - counts["primary"]
+    which = ", ".join(w for w in ("primary" if counts["primary"] else "", "exploratory that separate" if n_sep else "",
+                                  f"the next {counts['more']} by smallest p" if counts["more"] else "") if w)
+    few = f"; {counts['too_few']} pairs with too few seeds not tested" if counts["too_few"] else ""
+    levels = ", ".join(f"{fam} {_level(v)}" for fam, v in counts["levels"].items())
+    fig.suptitle(f"Pair comparisons A {MINUS} B: {counts['shown']} of {counts['tested']} tested pairs shown ({which})"
+                 f"{few}\nsimultaneous intervals: {levels}", fontsize=11)
+    return fig
+
+
 MULTIPLES = (f"With more than {SMALL_MULTIPLES_ABOVE} groups: one panel per camp of estimators, recompute (black) and "
              "rollout (gray, dashed) in every panel as references.")
 FIGURES = {
@@ -585,6 +736,14 @@ FIGURES = {
                            + MULTIPLES),
     "collapse_onset": (collapse_onset, "Collapse onset per run: drop-from-peak rule (filled), non-finite loss (X), "
                                        "change-point estimate (|), censored runs (open >) at their last step."),
+    "forest": (forest, "Pair comparisons (forest plot): the effect A - B (collapse-rate difference; final-reward "
+                       "difference, the mean per-seed difference where seeds pair) with its bootstrap interval at the "
+                       "family's simultaneous level 1 - alpha/m; filled = separates (Holm p < alpha within its "
+                       "family), hollow gray = not shown. Primary pairs first, then the exploratory pairs that separate "
+                       "and the next ones by smallest p (the title says how many of how many); right: seeds and Holm p "
+                       "per endpoint. The verdict is the test's: with few seeds a percentile interval can exclude 0 for "
+                       "a pair that does not separate (when every seed's difference has one sign no resample reaches "
+                       "0, whatever the level). Trend tests and every comparison: verdicts.md."),
     "n_sweep": (n_sweep, "n-sweep: collapse rate and final reward of mean_n against the number of inference passes n."),
     "tis_sensitivity": (tis_sensitivity, "Sensitivity to the cap C: collapse rate and final reward of TIS (and MIS) "
                                          "against C, token level solid, sequence level dashed."),

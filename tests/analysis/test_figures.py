@@ -3,6 +3,7 @@ experiments in a tmp MLflow store: the reliability review's figure findings, eac
 from __future__ import annotations
 
 import itertools
+import math
 import shutil
 
 import numpy as np
@@ -10,11 +11,16 @@ import pytest
 from matplotlib import image as mpimg
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from analysis.figures import FigureContext, camp_panels, draw, figure, pixel_size
+from analysis.figures import (FOREST_REST, FigureContext, MissingInput, camp_panels, draw, figure, forest_rows,
+                              pixel_size)
 from analysis.load import load_experiment
 from analysis.measures import measure_experiment
 from analysis.palette import Palette
 from analysis.synthetic import SyntheticRun, curve, log_runs
+from analysis.verdict_tables import run_verdicts
+from analysis.verdicts import Comparison
+
+MINUS = "\u2212"
 
 
 def context(uri: str, name: str, cfg, tmp_path) -> FigureContext:
@@ -88,7 +94,7 @@ def test_many_curves_get_small_multiples_with_legends_outside_and_integer_step_t
         assert steps and all(float(s).is_integer() for s in steps), steps
 
 
-# ---- small multiples, bands, survival (issue 28 item 8) ---------------------------------------------------------
+# ---- small multiples, bands, survival, forest (issue 28 item 8) -------------------------------------------------
 
 MANY_SEEDS = 8
 
@@ -109,6 +115,12 @@ def verdict_uri(empty_db, tmp_path_factory) -> str:
     runs += [SyntheticRun("icepop", s, curve(T, ramp=15, seed=900 + s)) for s in range(3)]
     log_runs(uri, "verdicts", runs)
     return uri
+
+
+def with_verdicts(uri, name, cfg, tmp_path, primary=()) -> FigureContext:
+    ctx = context(uri, name, cfg, tmp_path)
+    ctx.comparisons = run_verdicts(ctx.exp, ctx.measures, cfg, primary)
+    return ctx
 
 
 def test_small_multiples_one_panel_per_camp_shared_y_references_and_no_band_under_min_seeds(store, fast_cfg, tmp_path):
@@ -161,3 +173,69 @@ def test_survival_curves_at_one_stay_visible_and_the_legend_is_outside(verdict_u
         fig = figure(name, ctx)
         assert legend_outside(fig, fig.axes[0]), name
 
+
+def test_forest_has_one_row_per_shown_pair_primary_first_filled_when_it_separates(verdict_uri, fast_cfg, tmp_path):
+    ctx = with_verdicts(verdict_uri, "verdicts", fast_cfg, tmp_path, primary=[("rollout", "recompute")])
+    rows, counts = forest_rows(ctx.comparisons, fast_cfg.alpha)
+    # 4 groups of 8 seeds: 6 pairs tested; the 4 pairs with icepop (3 seeds) are too few seeds
+    assert counts["shown"] == counts["tested"] == 6 and counts["too_few"] == 4
+    fig = figure("forest", ctx)
+    render(fig)
+    ax_collapse, ax_final = fig.axes[:2]
+    assert ax_collapse.get_title().startswith("Collapse rate") and ax_final.get_title().startswith("Final reward")
+    labels = [t.get_text() for t in ax_collapse.get_yticklabels()]
+    pair_rows = [lab for lab in labels if MINUS in lab]
+    assert len(pair_rows) == 6 and len(labels) == 8  # two family headers
+    assert labels[0].startswith("primary") and pair_rows[0] == f"rollout {MINUS} recompute"
+    assert labels[2].startswith("exploratory")
+    assert "6 of 6 tested pairs shown" in title(fig) and "4 pairs with too few seeds" in title(fig)
+    by_row = {(r[1][0], r[1][1]): r[2] for r in rows if r[0] == "pair"}
+    for ax, ep in ((ax_collapse, "collapse"), (ax_final, "final")):
+        points = [line for line in ax.lines if line.get_marker() == "o"]
+        assert len(points) == 6, ep
+        for line in points:
+            y = int(round(line.get_ydata()[0]))
+            a, b = labels[y].split(f" {MINUS} ")
+            c = by_row[(a, b)][ep]
+            assert line.get_xdata()[0] == pytest.approx(c.effect)
+            assert (line.get_markerfacecolor() != "white") == (c.verdict == "separates"), (a, b, ep)
+    # the planted effect separates: rollout collapses in every seed, recompute in none
+    prim = by_row[("rollout", "recompute")]
+    assert prim["collapse"].verdict == "separates" and prim["collapse"].effect == 1.0
+    png = draw("forest", ctx)[0]
+    w, h = pixel_size("forest", fast_cfg.dpi, rows=len(rows))
+    assert mpimg.imread(png).shape[:2] == (h, w)
+
+
+def test_forest_computes_the_verdicts_when_the_context_has_none(verdict_uri, fast_cfg, tmp_path):
+    fig = figure("forest", context(verdict_uri, "verdicts", fast_cfg, tmp_path))
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels[0].startswith("exploratory") and sum(MINUS in lab for lab in labels) == 6
+
+
+def test_forest_is_missing_at_three_seeds(store, fast_cfg, tmp_path):
+    with pytest.raises(MissingInput, match="too few seeds"):
+        figure("forest", with_verdicts(store.uri, "demo", fast_cfg, tmp_path))
+
+
+def _pair(a, b, endpoint, p, family="exploratory", verdict="not shown"):
+    return Comparison("pair", a, b, endpoint, "Wilcoxon signed-rank", True, 10, 10, 10, 0.1, p, family=family,
+                      p_holm=min(1.0, 40 * p), lo=0.0, hi=0.2, verdict=verdict)
+
+
+def test_forest_rows_show_primary_then_what_separates_then_the_smallest_p():
+    groups = [f"g{i}" for i in range(10)]
+    pairs = list(itertools.combinations(groups, 2))  # 45 pairs
+    cs = []
+    for k, (a, b) in enumerate(pairs):
+        fam = "primary" if k == 44 else "exploratory"
+        verdict = "separates" if k in (30, 31, 32) else "not shown"
+        for ep in ("collapse", "final"):
+            cs.append(_pair(a, b, ep, p=0.001 * (k + 1) if ep == "final" else 0.9, family=fam, verdict=verdict))
+    rows, counts = forest_rows(cs, 0.05)
+    shown = [r[1] for r in rows if r[0] == "pair"]
+    assert counts["tested"] == 45 and counts["shown"] == len(shown) == 1 + 3 + FOREST_REST
+    assert shown[0] == pairs[44] and shown[1:4] == pairs[30:33]
+    assert shown[4:] == [pr for pr in pairs[:30]][:FOREST_REST]  # the rest by smallest p
+    assert [r[1] for r in rows if r[0] == "header"] == ["primary: 0 of 1 separate", "exploratory: 3 of 44 separate"]
+    assert math.isclose(counts["levels"]["exploratory"], 1 - 0.05 / 88)
