@@ -724,26 +724,29 @@ def forest(ctx: FigureContext) -> Figure:
 MULTIPLES = (f"With more than {SMALL_MULTIPLES_ABOVE} groups: one panel per camp of estimators, recompute (black) and "
              "rollout (gray, dashed) in every panel as references.")
 FIGURES = {
-    "reward_vs_step": (reward_vs_step, "Reward vs step: IQM across seeds of the smoothed reward. The band is the bootstrap "
-                                       "CI of the IQM, drawn only for groups with >= min_seeds seeds (default 5: with "
-                                       "2-4 seeds a percentile interval is about the seeds' min-max range, not a 95% "
-                                       "CI); the title or legend says which groups have one. " + MULTIPLES),
-    "kl_vs_step": (kl_vs_step, "Train-inference mismatch `mismatch/k3` vs step (IQM across seeds; symlog y when the values "
-                               "span a decade; band as in the reward figure). " + MULTIPLES),
-    "survival": (survival, "Share of runs not yet collapsed by step s (Kaplan-Meier; + marks censored runs; the legend "
-                           "gives each group's collapsed/runs). Curves are offset vertically by a few thousandths each "
-                           "(the title says how much at most) so that groups at 1.0 do not hide one another. "
-                           + MULTIPLES),
+    "reward_vs_step": (reward_vs_step,
+                       "Reward vs step: IQM across seeds of the smoothed reward. The band is the bootstrap CI of the "
+                       "IQM, drawn only for groups with >= min_seeds seeds (default 5: with 2-4 seeds a percentile "
+                       "interval is about the seeds' min-max range, not a 95% CI); the title or legend says which "
+                       "groups have one. " + MULTIPLES),
+    "kl_vs_step": (kl_vs_step,
+                   "Train-inference mismatch `mismatch/k3` vs step (IQM across seeds; symlog y when the values span "
+                   "a decade; band as in the reward figure). " + MULTIPLES),
+    "survival": (survival,
+                 "Share of runs not yet collapsed by step s (Kaplan-Meier; + marks censored runs; the legend gives "
+                 "each group's collapsed/runs). Curves are offset vertically by a few thousandths each (the title "
+                 "says how much at most) so that groups at 1.0 do not hide one another. " + MULTIPLES),
     "collapse_onset": (collapse_onset, "Collapse onset per run: drop-from-peak rule (filled), non-finite loss (X), "
                                        "change-point estimate (|), censored runs (open >) at their last step."),
-    "forest": (forest, "Pair comparisons (forest plot): the effect A - B (collapse-rate difference; final-reward "
-                       "difference, the mean per-seed difference where seeds pair) with its bootstrap interval at the "
-                       "family's simultaneous level 1 - alpha/m; filled = separates (Holm p < alpha within its "
-                       "family), hollow gray = not shown. Primary pairs first, then the exploratory pairs that separate "
-                       "and the next ones by smallest p (the title says how many of how many); right: seeds and Holm p "
-                       "per endpoint. The verdict is the test's: with few seeds a percentile interval can exclude 0 for "
-                       "a pair that does not separate (when every seed's difference has one sign no resample reaches "
-                       "0, whatever the level). Trend tests and every comparison: verdicts.md."),
+    "forest": (forest,
+               "Pair comparisons (forest plot): the effect A - B (collapse-rate difference; final-reward difference, "
+               "the mean per-seed difference where seeds pair) with its bootstrap interval at the family's "
+               "simultaneous level 1 - alpha/m; filled = separates (Holm p < alpha within its family), hollow gray = "
+               "not shown. Primary pairs first, then the exploratory pairs that separate and the next ones by "
+               "smallest p (the title says how many of how many); right: seeds and Holm p per endpoint. The verdict "
+               "is the test's: with few seeds a percentile interval can exclude 0 for a pair that does not separate "
+               "(when every seed's difference has one sign no resample reaches 0, whatever the level). Trend tests "
+               "and every comparison: verdicts.md."),
     "n_sweep": (n_sweep, "n-sweep: collapse rate and final reward of mean_n against the number of inference passes n."),
     "tis_sensitivity": (tis_sensitivity, "Sensitivity to the cap C: collapse rate and final reward of TIS (and MIS) "
                                          "against C, token level solid, sequence level dashed."),

@@ -164,7 +164,7 @@ def test_survival_curves_at_one_stay_visible_and_the_legend_is_outside(verdict_u
     ctx = context(verdict_uri, "verdicts", fast_cfg, tmp_path)
     fig = figure("survival", ctx)
     (ax,) = fig.axes
-    starts = [float(line.get_ydata()[0]) for line in ax.lines if line.get_label() and not line.get_label().startswith("_")]
+    starts = [float(line.get_ydata()[0]) for line in ax.lines if not line.get_label().startswith("_")]
     assert len(starts) == 5 and len(set(np.round(starts, 6))) == 5, starts
     assert max(starts) - min(starts) <= 0.03
     assert "rollout: 8/8" in [t.get_text() for t in ax.get_legend().get_texts()]
