@@ -1,14 +1,22 @@
 """One colour and line style per group, shared by every figure of a report.
 
 Each estimator has a fixed base colour and line style, declared in its module (``harness.estimators``,
-its ``style``: matplotlib's tab10, in the spirit of the KwaiKAT figures: recompute blue, mean_n orange,
-rollout green, r3 red, tis purple); the variants of one estimator
+its ``style``: a name of :data:`COLOURS`, matplotlib's tab10 in the spirit of the KwaiKAT figures -
+recompute blue, mean_n orange, rollout green, r3 red, tis purple - and, tab10 being used up, navy
+(``gmpo_rs``) and teal (``mean_n_tis``); tab10's gray is no estimator's: it is the colour of an unknown
+group and of the reference arms of the small multiples). Every registered estimator has its own colour
+(``tests/analysis/test_palette.py``). The variants of one estimator
 (``mean_n(n=1)`` .. ``mean_n(n=16)``, ``tis(C=2,token)`` ..) are shades of that colour from light to
 a little darker in canonical order (lightened up to 60 %, darkened at most 20 %, so a dark orange
-does not turn into mis's brown): on the 13 groups of the ablation every two colours are >= 15 apart
-in CIELAB (Delta E 1976), and >= 25 for two estimators (``tests/analysis/test_figures.py``). Line style follows the estimator, except that ``token`` / ``sequence``
-levels are solid / dashed. The mapping is built once per report from all its labels, so a group
-has the same colour in every figure.
+does not turn into mis's brown): on the groups of the ablation every two colours are >= 15 apart
+in CIELAB (Delta E 1976), and >= 25 for two estimators. Line style follows the estimator, except that
+``token`` / ``sequence`` levels are solid / dashed. The mapping is built once per report from all its
+labels, so a group has the same colour in every figure. An estimator the registry does not know (an old
+store) takes one of :data:`SPARE` in turn, then gray.
+
+Each estimator also declares its ``camp`` (the family of fixes it belongs to: baseline, re-weighting,
+routing replay, sampling noise, nondeterminism); :func:`camp` reads it, and the figures draw one panel per
+camp when there are too many groups for one (:mod:`analysis.figures`).
 """
 from __future__ import annotations
 
@@ -23,12 +31,32 @@ TAB10 = {
     "blue": "#1f77b4", "orange": "#ff7f0e", "green": "#2ca02c", "red": "#d62728", "purple": "#9467bd",
     "brown": "#8c564b", "pink": "#e377c2", "gray": "#7f7f7f", "olive": "#bcbd22", "cyan": "#17becf",
 }
+#: the colours an estimator's ``style`` may name: tab10 but gray, and two more far (CIELAB) from all of them
+COLOURS = {**{k: v for k, v in TAB10.items() if k != "gray"}, "navy": "#000080", "teal": "#1b9e77"}
+#: colours for estimators the registry does not know, in turn (then gray)
+SPARE = {"violet": "#b000b5", "gold": "#e6ab02"}
+UNKNOWN_COLOUR = TAB10["gray"]
+#: the reference arms of the small multiples, drawn in every panel: black and gray, thin
+REFERENCE_COLOUR = {"recompute": "#000000", "rollout": TAB10["gray"]}
 #: each registered estimator's colour and line style (its ``style``)
 _STYLES = {name: estimators.get(name).style for name in estimators.NAMES if estimators.get(name).style}
-BASE_COLOUR = {name: TAB10[style.colour] for name, style in _STYLES.items()}
+BASE_COLOUR = {name: COLOURS[style.colour] for name, style in _STYLES.items()}
 BASE_STYLE = {name: style.linestyle for name, style in _STYLES.items()}
-UNKNOWN_COLOUR = TAB10["gray"]
 LEVEL_STYLE = {"token": "-", "sequence": "--"}
+OTHER_CAMP = "other"
+
+
+def camp(estimator: str) -> str:
+    """The camp an estimator declares (``Estimator.camp``); "other" when it declares none or is unknown."""
+    if estimator in estimators.NAMES:
+        return estimators.get(estimator).camp or OTHER_CAMP
+    return OTHER_CAMP
+
+
+def camp_order() -> list[str]:
+    """The camps in the order of their first estimator in ``harness.estimators.NAMES``, then "other"."""
+    out = list(dict.fromkeys(camp(n) for n in estimators.NAMES))
+    return [c for c in out if c != OTHER_CAMP] + [OTHER_CAMP]
 
 
 def _hex_to_rgb(h: str) -> np.ndarray:
@@ -59,7 +87,7 @@ class Palette:
             if label not in {lab for lab, _ in by_est.get(est, [])}:
                 by_est.setdefault(est, []).append((label, level))
         unknown = [e for e in by_est if e not in BASE_COLOUR]
-        extra = [c for name, c in TAB10.items() if c not in BASE_COLOUR.values() and name != "gray"]
+        extra = [c for c in (*COLOURS.values(), *SPARE.values()) if c not in BASE_COLOUR.values()]
         for est, members in by_est.items():
             base = BASE_COLOUR.get(est)
             if base is None:

@@ -37,6 +37,7 @@ FIGURE_TITLES = {
     "collapse_onset": "Collapse onset per run",
     "n_sweep": "n-sweep",
     "tis_sensitivity": "TIS sensitivity to C",
+    "forest": "Pair comparisons: differences with simultaneous intervals",
 }
 
 
@@ -94,6 +95,7 @@ def build_report(
 
     # ---- tables -------------------------------------------------------------------------------
     tables: dict[str, Table] = {}
+    comparisons: list = []  # the verdicts, computed once: tables and the forest figure
     if len(measures):
         tables["summary"] = summary_table(exp, measures, cfg)
         tables["groups"] = groups_table(exp, cfg)
@@ -132,7 +134,7 @@ def build_report(
     from .figures import FIGURES, FigureContext, MissingInput, draw
     from .palette import Palette
 
-    ctx = FigureContext(exp, measures, cfg, Palette.from_runs(exp.runs), out)
+    ctx = FigureContext(exp, measures, cfg, Palette.from_runs(exp.runs), out, comparisons=comparisons)
     order = list(FIGURES)
     if x:  # the requested sweep first
         order.remove(SWEEP_FIGURE[x])

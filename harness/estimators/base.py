@@ -14,8 +14,9 @@ timed by the trainer), so an estimator pays only for what it uses.
 of :class:`Estimator` that declares, beside its formula: ``name``; ``Params``, the dataclass of its
 parameters with their types and its own ``validate()``; ``needs`` (:class:`Needs`: an MoE router, routing
 replay, n inference passes, deterministic inference); ``rank`` and ``style`` (table order, plot colour and
-line style); ``verl`` (:class:`Verl`, how it runs on verl, or None: refused there). Config validation,
-run labels, analysis labels and palette, the verl translation and the tests read this registry
+line style); ``camp`` (the family of fixes it belongs to: the figures' small multiples draw one panel per camp);
+``verl`` (:class:`Verl`, how it runs on verl, or None: refused there). Config validation, run labels,
+analysis labels and palette, the verl translation and the tests read this registry
 (``harness.estimators.NAMES`` / ``get(name)``); a new estimator is one module plus
 ``experiments/estimator/<name>.yaml``.
 
@@ -112,7 +113,8 @@ class Needs:
 
 @dataclass(frozen=True)
 class Style:
-    """Plot style of the estimator's curves: a matplotlib tab10 colour name and a line style."""
+    """Plot style of the estimator's curves: a colour name of ``analysis.palette.COLOURS`` (matplotlib's tab10
+    names but gray - the palette's "unknown" - plus a few more: navy, teal, ...) and a line style."""
 
     colour: str
     linestyle: str = "-"
@@ -152,7 +154,8 @@ class Estimator:
     Params: ClassVar[type[Params]] = Params
     needs: ClassVar[Needs] = Needs()
     rank: ClassVar[int] = 100  # position in tables and legends (then by name)
-    style: ClassVar[Optional[Style]] = None  # None: the palette picks a free tab10 colour
+    style: ClassVar[Optional[Style]] = None  # None: the palette picks a free colour
+    camp: ClassVar[str] = ""  # the family of fixes it belongs to (baseline, re-weighting, ...): figure panels
     verl: ClassVar[Optional[Verl]] = None  # None: the verl backend refuses it
 
     def __init__(self, cfg: "EstimatorConfig"):

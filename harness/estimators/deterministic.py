@@ -51,6 +51,7 @@ class Deterministic(Estimator):
     needs = Needs(deterministic=True)
     rank = 8
     style = Style("cyan", ":")
+    camp = "nondeterminism"
     verl = Verl(bypass=True, check=_verl_check)
 
     def inference(self, icfg):

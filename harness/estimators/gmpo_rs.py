@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from harness.errors import ConfigError
-from harness.estimators.base import OldPolicy, PolicyForward, Verl, knob, register
+from harness.estimators.base import OldPolicy, PolicyForward, Style, Verl, knob, register
 from harness.estimators.losses import gmpo_losses, per_seed
 from harness.estimators.rais import GAMMA_MIN_ENV, RAIS, RAIS_ENV, Floor, router_shift_gamma, verl_check
 
@@ -53,7 +53,8 @@ class GMPORS(RAIS):
     name = "gmpo_rs"
     Params = GeoClip
     rank = 7
-    style = None  # tab10 has no free colour left: the palette's fallback
+    style = Style("navy", "-.")
+    camp = "re-weighting"
     verl = Verl(loss_mode=LOSS_NAME, check=verl_check,
                 env=lambda p: {GAMMA_MIN_ENV: repr(float(p.gamma_min)), LOG_CLIP_ENV: repr(float(p.log_clip)),
                                RAIS_ENV: "1"})

@@ -42,6 +42,7 @@ class IcePop(Estimator):
     Params = Band
     rank = 4
     style = Style("pink", "-.")
+    camp = "re-weighting"
     verl = Verl(correction=lambda p: {"rollout_is": "token",
                                       "rollout_is_threshold": f"{float(p.alpha)!r}_{float(p.beta)!r}"},
                 metrics={"rollout_corr/rollout_is_oob_ratio": M.IS_MASKED_FRAC})

@@ -68,6 +68,7 @@ class MeanN(Estimator):
     needs = Needs(passes="n")
     rank = 6
     style = Style("orange", "-")
+    camp = "sampling noise"
     verl = Verl(bypass=True, agent_loop=AGENT_LOOP, tool_agent_loop=TOOL_AGENT_LOOP, harness=lambda p: {"mean_n": p.n},
                 check=_verl_check)
 

@@ -42,7 +42,8 @@ class MeanNTIS(Estimator):
     Params = PassesAndCap
     needs = Needs(passes="n")
     rank = 7
-    style = Style("gray", "--")  # the last free tab10 colour
+    style = Style("teal", "--")
+    camp = "re-weighting"
     verl = Verl(correction=lambda p: {"rollout_is": p.level, "rollout_is_threshold": float(p.clip_c)},
                 agent_loop=AGENT_LOOP, harness=lambda p: {"mean_n": p.n}, check=_verl_check)
 

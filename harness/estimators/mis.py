@@ -45,6 +45,7 @@ class MIS(Estimator):
     Params = CappedRatio
     rank = 3
     style = Style("brown", "--")
+    camp = "re-weighting"
     verl = Verl(correction=verl_correction, metrics={"rollout_corr/rollout_rs_masked_fraction": M.IS_MASKED_FRAC})
 
     def old_policy(self, ctx) -> OldPolicy:

@@ -26,6 +26,7 @@ class R3(Estimator):
     needs = Needs(router=True, replay=True)
     rank = 5
     style = Style("red", "--")
+    camp = "routing replay"
     verl = Verl(check=_verl_check)
 
     def old_policy(self, ctx) -> OldPolicy:

@@ -70,6 +70,7 @@ class RAIS(Estimator):
     needs = Needs(router=True)
     rank = 7
     style = Style("olive", "-.")
+    camp = "re-weighting"
     verl = Verl(loss_mode=LOSS_NAME, env=lambda p: {GAMMA_MIN_ENV: repr(float(p.gamma_min)), RAIS_ENV: "1"},
                 check=verl_check)
 

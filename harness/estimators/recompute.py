@@ -13,6 +13,7 @@ class Recompute(Estimator):
     name = "recompute"
     rank = 1
     style = Style("blue", "-")
+    camp = "baseline"
     verl = Verl()
 
     def old_policy(self, ctx) -> OldPolicy:

@@ -14,6 +14,7 @@ class Rollout(Estimator):
     name = "rollout"
     rank = 0
     style = Style("green", "-")
+    camp = "baseline"
     verl = Verl(bypass=True)
 
     def old_policy(self, ctx) -> OldPolicy:

@@ -29,6 +29,7 @@ class TIS(Estimator):
     Params = CappedRatio
     rank = 2
     style = Style("purple", "--")
+    camp = "re-weighting"
     verl = Verl(correction=lambda p: {"rollout_is": p.level, "rollout_is_threshold": float(p.clip_c)})
 
     def old_policy(self, ctx) -> OldPolicy:

@@ -6,7 +6,7 @@ import sys
 import pytest
 import yaml
 
-from analysis.palette import BASE_COLOUR, TAB10
+from analysis.palette import BASE_COLOUR, COLOURS
 from harness import estimators
 from harness.config import EXPERIMENTS, EstimatorConfig, ROOT, load, signature
 from harness.errors import ConfigError
@@ -80,9 +80,8 @@ def test_labels_ranks_and_styles():
     assert estimators.label("gone", {"n": 4, "level": "token"}) == "gone(n=4,token)"  # not registered (old store)
     assert estimators.rank("gone") == len(estimators.NAMES)
     assert [estimators.rank(n) for n in estimators.NAMES] == list(range(len(estimators.NAMES)))
-    styled = [n for n in estimators.NAMES if estimators.get(n).style]
-    assert all(estimators.get(n).style.colour in TAB10 for n in styled)
-    assert len({BASE_COLOUR[n] for n in styled}) == len(styled)  # one colour per estimator
+    assert all(estimators.get(n).style and estimators.get(n).style.colour in COLOURS for n in estimators.NAMES)
+    assert len({BASE_COLOUR[n] for n in estimators.NAMES}) == len(estimators.NAMES)  # one colour per estimator
 
 
 def test_needs_are_declared_where_the_formula_uses_them():
