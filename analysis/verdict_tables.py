@@ -66,7 +66,10 @@ def _effect(c: Comparison) -> str:
         return {1.0: "up with x", -1.0: "down with x"}.get(c.effect, "none")
     if not np.isfinite(c.effect):
         return "n/a"
-    iv = f" [{c.lo:+.2f}, {c.hi:+.2f}]" if np.isfinite(c.lo) and np.isfinite(c.hi) else ""
+    if np.isfinite(c.lo) and np.isfinite(c.hi):
+        iv = f" [{c.lo:+.2f}, {c.hi:+.2f}]"
+    else:
+        iv = " [unbounded]" if np.isinf(c.lo) or np.isinf(c.hi) else ""
     return f"{c.effect:+.2f}{iv}"
 
 
@@ -85,8 +88,10 @@ def verdicts_table(comparisons: Sequence[Comparison], cfg: AnalysisConfig) -> Ta
             for c in cs]
     t = Table("verdicts", f"Every comparison: paired where seeds pair, Holm per family (alpha {cfg.alpha:g})",
               pd.DataFrame(rows), frame(cs), cfg.describe(), short_footer=cfg.describe_short())
-    t.notes.append("effect: collapse-rate difference or mean reward difference A - B, with a bootstrap interval at the "
-                   "simultaneous level 1 - alpha/m of its family (m tests); a trend's effect is its direction. "
+    t.notes.append("effect: collapse-rate difference, or reward shift A - B (paired: Hodges-Lehmann; unpaired: "
+                   "difference of means), with its interval at the simultaneous level 1 - alpha/m of its family (m "
+                   "tests; paired: the inverted exact test, unbounded where n seeds cannot reach the level); a "
+                   "trend's effect is its direction. "
                    "horizon: whether a separating collapse verdict holds with the last 5% / 10% of steps cut.")
     return t
 

@@ -24,10 +24,19 @@ A comparison **separates** when its Holm-adjusted p < alpha; otherwise its diffe
 with fewer than ``min_seeds`` seeds in a group (paired: common seeds) is **too few seeds**: it is reported, never
 tested into a family, never "separates".
 
-**Effects and intervals.** Collapse: the difference of collapse rates A - B (paired: over the common seeds).
-Rewards: the mean difference A - B (paired: the mean per-seed difference). Each with a bootstrap percentile
-interval (paired: seeds resampled together; unpaired: each group on its own) at the simultaneous level
-``1 - alpha / m`` (Bonferroni over the family's m tests), the interval the forest plot draws.
+**Effects and intervals**, at the simultaneous level ``1 - alpha / m`` (Bonferroni over the family's m tests), the
+intervals the forest plot draws. Paired ones invert the very test that gives the p-value, so an interval excludes 0
+exactly when the test rejects at that level:
+
+- paired collapse: the rate difference ``(b - c) / n``; interval ``(b + c) / n (2 pi - 1)`` over the exact
+  Clopper-Pearson interval of ``pi = b / (b + c)`` (the McNemar test conditions on the b + c discordant seeds);
+- paired rewards: the Hodges-Lehmann estimate (median of the Walsh averages ``(d_i + d_j) / 2``, i <= j) with the
+  exact Wilcoxon interval ``[W_(k), W_(N - k + 1)]`` of the sorted Walsh averages, k from the exact null
+  distribution of the signed-rank statistic (Hollander, Wolfe & Chicken 2014, sec. 3.3); unbounded when the level
+  is out of reach (10 seeds cannot give more than 1 - 2/2^10 = 99.8%);
+- unpaired collapse: Newcombe's hybrid score interval; unpaired rewards: the difference of means with an
+  independent bootstrap percentile interval (not a test inversion: it can exclude 0 where Mann-Whitney does not
+  reject).
 
 **Horizon.** A collapse test is repeated with the runs' collapse verdicts on the curve cut by 5% and 10% of its
 steps (``collapsed_h95``, ``collapsed_h90`` of :mod:`analysis.measures`); the row says whether the verdict holds
@@ -116,7 +125,7 @@ def compare_pair(ga: pd.DataFrame, gb: pd.DataFrame, a: str, b: str, endpoint: s
         else:
             ok = np.isfinite(x) & np.isfinite(y)
             x, y = x[ok], y[ok]
-            p, test, effect = _wilcoxon_p(x - y), "Wilcoxon signed-rank", float(np.mean(x - y)) if len(x) else math.nan
+            p, test, effect = _wilcoxon_p(x - y), "Wilcoxon signed-rank", hodges_lehmann(x - y)
         n_pairs = len(x)
         enough = n_pairs >= min_seeds
         data = (x, y)
@@ -165,28 +174,71 @@ def adjust(comparisons: Sequence[Comparison], alpha: float) -> None:
             c.verdict = SEPARATES if ph < alpha else NOT_SHOWN
 
 
+def hodges_lehmann(d: np.ndarray) -> float:
+    """The median of the Walsh averages ``(d_i + d_j) / 2``, i <= j (NaN for no data)."""
+    d = np.asarray(d, dtype=float)
+    if not len(d):
+        return math.nan
+    i, j = np.triu_indices(len(d))
+    return float(np.median((d[i] + d[j]) / 2))
+
+
+def _signed_rank_cdf(n: int) -> np.ndarray:
+    """P(T+ <= t), t = 0..n(n+1)/2, under the null (exact, by counting subsets of ranks)."""
+    counts = np.zeros(n * (n + 1) // 2 + 1)
+    counts[0] = 1
+    for r in range(1, n + 1):
+        counts[r:] = counts[r:] + counts[:-r].copy()
+    return np.cumsum(counts) / 2 ** n
+
+
+def wilcoxon_interval(d: np.ndarray, level: float) -> tuple[float, float]:
+    """The exact interval of the Hodges-Lehmann shift that inverts the two-sided signed-rank test at ``level``."""
+    d = np.asarray(d, dtype=float)
+    n = len(d)
+    if n == 0:
+        return math.nan, math.nan
+    i, j = np.triu_indices(n)
+    walsh = np.sort((d[i] + d[j]) / 2)
+    cdf = _signed_rank_cdf(n)
+    k = int(np.searchsorted(cdf, (1 - level) / 2, side="right"))  # P(T <= k - 1) <= a/2 < P(T <= k)
+    if k < 1:
+        return -math.inf, math.inf
+    return float(walsh[k - 1]), float(walsh[len(walsh) - k])
+
+
+def mcnemar_interval(b: int, c: int, n: int, level: float) -> tuple[float, float]:
+    """The rate difference's interval from the Clopper-Pearson interval of b / (b + c) (module docstring)."""
+    m = b + c
+    if m == 0:
+        return 0.0, 0.0
+    a = 1 - level
+    lo = sps.beta.ppf(a / 2, b, c + 1) if b > 0 else 0.0
+    hi = sps.beta.ppf(1 - a / 2, b + 1, c) if c > 0 else 1.0
+    return m / n * (2 * lo - 1), m / n * (2 * hi - 1)
+
+
 def intervals(comparisons: Sequence[Comparison], alpha: float, reps: int, seed: int) -> None:
-    """Bootstrap percentile intervals of the effects at the family's simultaneous level (in place)."""
+    """The effects' intervals at the family's simultaneous level (in place; module docstring)."""
     sizes = {fam: sum(c.family == fam for c in comparisons) for fam in ("primary", "exploratory")}
     for c in comparisons:
         if c.kind != "pair" or not c._data:
             continue
         level = 1 - alpha / max(1, sizes.get(c.family, 1))
         x, y = c._data
-        if c.endpoint == "collapse" and not c.paired:
+        if c.paired and c.endpoint == "collapse":
+            c.lo, c.hi = mcnemar_interval(int(np.sum((x == 1) & (y == 0))), int(np.sum((x == 0) & (y == 1))),
+                                          len(x), level)
+        elif c.paired:
+            c.lo, c.hi = wilcoxon_interval(x - y, level)
+        elif c.endpoint == "collapse":
             iv = newcombe_diff(int(x.sum()), len(x), int(y.sum()), len(y), level)
             c.lo, c.hi = iv.lo, iv.hi
-            continue
-        if min(len(x), len(y)) < 2:
-            continue
-        rng = data_rng(seed, [x], [y])
-        if c.paired:
-            idx = rng.integers(0, len(x), size=(reps, len(x)))
-            boots = (x[idx] - y[idx]).mean(axis=1)
-        else:
+        elif min(len(x), len(y)) >= 2:
+            rng = data_rng(seed, [x], [y])
             boots = x[rng.integers(0, len(x), size=(reps, len(x)))].mean(1) - \
                 y[rng.integers(0, len(y), size=(reps, len(y)))].mean(1)
-        c.lo, c.hi = (float(v) for v in np.quantile(boots, [(1 - level) / 2, (1 + level) / 2]))
+            c.lo, c.hi = (float(v) for v in np.quantile(boots, [(1 - level) / 2, (1 + level) / 2]))
 
 
 def horizon(comparisons: Sequence[Comparison], groups: dict[str, pd.DataFrame], min_seeds: int) -> None:

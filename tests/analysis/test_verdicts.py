@@ -38,7 +38,8 @@ def test_paired_tests_are_mcnemar_and_wilcoxon_on_common_seeds():
     f = compare_pair(ga, gb, "a", "b", "final", True, 5)
     d = np.array([.1, .2, .3, .4, .5]) - np.array([.3, .1, .9, .8, .7])
     assert f.test == "Wilcoxon signed-rank" and f.p == pytest.approx(sps.wilcoxon(d).pvalue)
-    assert f.effect == pytest.approx(d.mean())
+    i, j = np.triu_indices(5)
+    assert f.effect == pytest.approx(np.median((d[i] + d[j]) / 2))  # Hodges-Lehmann
     u = compare_pair(ga, gb, "a", "b", "collapse", False, 5)
     assert u.test == "Fisher exact" and u.p == pytest.approx(sps.fisher_exact([[5, 1], [1, 4]])[1])
     few = compare_pair(ga, gb, "a", "b", "collapse", True, 6)
@@ -148,3 +149,24 @@ def test_seeds_needed_for_the_issue_s_examples():
     n, scanned = power.seeds_needed(p1=0.5, p2=0.1, paired=False)
     assert n == 23 and scanned[-2][1] < 0.8 <= scanned[-1][1]
     assert power.power(10, p1=0.5, p2=0.1, paired=False) < 0.5
+
+
+def test_paired_intervals_invert_their_tests():
+    """The exact Wilcoxon interval excludes 0 exactly when the exact signed-rank test rejects at 1 - level, and is
+    unbounded beyond the reach of n pairs; the McNemar interval likewise with the exact binomial test."""
+    from analysis.verdicts import hodges_lehmann, mcnemar_interval, wilcoxon_interval
+
+    rng = np.random.default_rng(4)
+    for _ in range(60):
+        n = int(rng.integers(5, 13))
+        d = rng.normal(rng.uniform(-1, 1), 1, n)
+        for level in (0.9, 0.95, 0.99):
+            lo, hi = wilcoxon_interval(d, level)
+            p = sps.wilcoxon(d, method="exact").pvalue
+            assert (lo > 0 or hi < 0) == (p <= 1 - level + 1e-12), (d, level, lo, hi, p)
+            assert lo <= hodges_lehmann(d) <= hi
+    assert wilcoxon_interval(np.ones(10), 1 - 0.05 / 300) == (-math.inf, math.inf)  # out of reach of 10 pairs
+    for b, c in [(5, 0), (8, 1), (3, 3), (9, 0), (0, 6)]:
+        lo, hi = mcnemar_interval(b, c, 12, 0.95)
+        p = power.mcnemar_p(np.array(b), np.array(c))
+        assert (lo > 0 or hi < 0) == (p <= 0.05), (b, c, lo, hi, p)
