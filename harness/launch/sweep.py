@@ -135,17 +135,37 @@ def submit_sweep(spec: SweepSpec, rerun: bool = False, dry_run: bool = False, ou
     return decisions
 
 
-def wait_for(spec: SweepSpec, decisions: list[Decision], poll_s: float = 5.0, out=None) -> int:
+HEARTBEAT_S = 60.0  # seconds between "still waiting" lines of --wait when no run finishes
+
+
+def heartbeat(total: int, pending: int, states: dict, elapsed: float) -> str:
+    """One line of where a waiting sweep stands: done, running, queued (by the jobs' states), elapsed."""
+    alive = [s for s in states.values() if s is not None and s.alive]
+    running = sum(s.state == "RUNNING" for s in alive)
+    return (f"[{total - pending}/{total}] waiting: {total - pending} done, {running} job(s) running, "
+            f"{len(alive) - running} queued ({elapsed / 60:.1f} min)")
+
+
+def wait_for(spec: SweepSpec, decisions: list[Decision], poll_s: float = 5.0, out=None,
+             heartbeat_s: float = HEARTBEAT_S) -> int:
     """Block until every submitted or running run of the sweep has finished (``--wait``).
 
     Finished = finished in the sweep's store (:func:`finished_in_store`). A job that is over without
     that has failed: the number of such runs is returned (0 = all finished), with the job's last error line.
+    Every ``heartbeat_s`` without news it prints where the sweep stands (:func:`heartbeat`).
     """
     out = sys.stdout if out is None else out
     pending = {d.run.signature: d for d in decisions if d.action in ("submit", "running")}
     total, failed, t0 = len(pending), 0, time.time()
+    last_line = t0
     while pending:
         time.sleep(poll_s)
+        if time.time() - last_line >= heartbeat_s:
+            db = JobsDB(spec.sweep_dir)
+            jobs = {str(db.runs[s]["job_id"]): db.runs[s] for s in pending if s in db.runs}
+            print(heartbeat(total, len(pending), job_states(list(jobs.values())), time.time() - t0), file=out,
+                  flush=True)
+            last_line = time.time()
         db = JobsDB(spec.sweep_dir)
         states = job_states([db.runs[s] for s in pending if s in db.runs])
         done = _finished(spec, list(pending.values()))
@@ -155,6 +175,7 @@ def wait_for(spec: SweepSpec, decisions: list[Decision], poll_s: float = 5.0, ou
                 del pending[sig]
                 print(f"[{total - len(pending)}/{total}] {run.name or spec.name} ({sig}) finished "
                       f"({time.time() - t0:.0f} s)", file=out, flush=True)
+                last_line = time.time()
                 continue
             st = states.get(str(db.runs.get(sig, {}).get("job_id", "")))
             if st is not None and not st.alive and st.state in ("DONE", "FAILED", "LOST", "COMPLETED"):
@@ -186,7 +207,12 @@ def main(argv: list[str] | None = None) -> int:
             raise SweepError(f"{path} is an Optuna study (it has a `tune:` block): run python -m harness.tune {path}")
         decisions = submit_sweep(spec, rerun="--rerun" in opts, dry_run="--dry-run" in opts)
         if "--wait" in opts and "--dry-run" not in opts:
-            return 1 if wait_for(spec, decisions) else 0
+            try:
+                return 1 if wait_for(spec, decisions) else 0
+            except KeyboardInterrupt:  # the jobs are the launcher's: they go on (or were interrupted with us)
+                print(f"\nsweep {spec.name}: stopped waiting (Ctrl-C); `python -m harness.status {path}` shows the "
+                      "runs, the same sweep command resumes what did not finish", file=sys.stderr)
+                return 130
         return 0
 
     return cli(body)

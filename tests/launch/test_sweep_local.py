@@ -83,3 +83,11 @@ def test_requeued_trial_job_takes_back_its_trial(store):
     assert len(trials) == 1 and trials[0].state in (TrialState.COMPLETE, TrialState.PRUNED)
     assert trials[0].params["estimator.clip_c"] == c and result["trial"] == 0
     assert TrialJob(spec, tc, slot=0)()["state"] == trials[0].state.name  # a third start: nothing to do
+
+
+def test_the_heartbeat_says_done_running_queued_and_elapsed():
+    from harness.launch.jobs import JobState
+    from harness.launch.sweep import heartbeat
+
+    states = {"1": JobState("RUNNING", True), "2": JobState("PENDING", True), "3": JobState("DONE", False)}
+    assert heartbeat(10, 7, states, 90.0) == "[3/10] waiting: 3 done, 1 job(s) running, 1 queued (1.5 min)"
