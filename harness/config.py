@@ -329,8 +329,8 @@ def _at_most(value: int, key: str) -> None:
     _require(value <= LIMITS[key], key, f"must be <= {LIMITS[key]} (harness.config.LIMITS), got {value}")
 
 
-def _safe_name(value: Optional[str], key: str, required: bool = True) -> None:
-    """A name that becomes a path component (``runs/<experiment>/``, ``figures/<experiment>/``): not empty,
+def safe_name(value: Optional[str], key: str, required: bool = True) -> None:
+    """A name that becomes a path component (``runs/<experiment>/``, a sweep's ``runs/sweeps/<name>/``): not empty,
     no ``/``, ``\\`` or NUL, not ``.``/``..``, no leading/trailing blanks, at most NAME_MAX characters;
     spaces inside are fine."""
     if value is None:
@@ -349,8 +349,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     estimator = estimators.get(e.name)
     estimator.parse(e)  # its parameters: its own required, the others unset, then its own checks
     _require(0 <= cfg.seed < SEED_MAX, "seed", f"must be an integer in [0, 2**31), got {cfg.seed}")
-    _safe_name(cfg.tracking.experiment, "tracking.experiment")
-    _safe_name(cfg.tracking.run_name, "tracking.run_name", required=False)
+    safe_name(cfg.tracking.experiment, "tracking.experiment")
+    safe_name(cfg.tracking.run_name, "tracking.run_name", required=False)
 
     m = cfg.model
     _one_of(m.kind, ("moe", "dense"), "model.kind")

@@ -132,6 +132,9 @@ def test_one_invalid_run_names_the_run_and_the_key(tmp_path):
     ({"launcher": {"cpus_per_task": 0}}, "launcher.cpus_per_task"),
     ({"seeds": [0, 0]}, "seeds"),
     ({"grids": {}}, "grids"),
+    ({"name": "../../../../x", "grid": {"estimator": ["tis"]}}, "name"),
+    ({"experiment": "a/b", "base": ["estimator=tis"]}, "experiment"),
+    ({"launcher": {"name": "local"}}, "grid"),  # nothing to run: one default 300-step run on 56d12ff
 ])
 def test_bad_specs_are_refused_naming_the_key(tmp_path, data, key):
     with pytest.raises(SweepError) as e:
@@ -147,6 +150,36 @@ def test_cli_exit_code_2_and_nothing_written(tmp_path):
     assert r.returncode == 2, r.stderr
     assert "estimator.n" in r.stderr and "run 2/2" in r.stderr
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("text, override", [("", None), ("launcher: local\n", None),
+                                            ("grid: {estimator: [tis]}\n", "name=../../../../x"),
+                                            ("grid: {estimator: [tis]}\n", "experiment=..")])
+def test_paths_and_empty_specs_exit_2_before_anything_is_written(tmp_path, capsys, text, override):
+    """Issue 27 item 3: on 56d12ff ``name: ../../../../x`` wrote jobs.json and submitit's logs outside the project and
+    an empty spec submitted one default run; now one line naming the key, exit 2, and no file anywhere."""
+    from harness.launch.sweep import main
+
+    work = tmp_path / "a" / "b" / "c" / "d"
+    work.mkdir(parents=True)
+    p = work / "spec.yaml"
+    p.write_text(text)
+    args = [str(p), f"runs_dir={work / 'runs'}", "launcher=local", *([override] if override else [])]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    key = (override or "grid").split("=")[0]
+    assert key in err and ("a sweep needs a grid" in err or "plain name" in err), err
+    assert sorted(q.relative_to(tmp_path) for q in tmp_path.rglob("*")) == [
+        q.relative_to(tmp_path) for q in (tmp_path / "a", tmp_path / "a/b", tmp_path / "a/b/c", work, p)]
+
+
+def test_a_study_name_is_a_plain_name(tmp_path):
+    from harness.launch.tune.spec import parse_tune
+
+    with pytest.raises(SweepError, match="plain name") as e:
+        parse_tune(load_spec(SWEEPS / "tiny_tune.yaml", [f"runs_dir={tmp_path}", "tune.study=../x"]))
+    assert e.value.key == "tune.study"
 
 
 def test_tune_refuses_a_backend_without_a_pruner_callback(tmp_path, capsys):

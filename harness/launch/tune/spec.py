@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from harness.launch.expand import build_run
-from harness.launch.spec import SweepError, SweepSpec, hydra_value
+from harness.launch.spec import SweepError, SweepSpec, hydra_value, plain_name
 from harness.launch.tune.objective import Objective
 from harness.launch.tune.study import make_pruner, make_sampler
 
@@ -114,7 +114,7 @@ def parse_tune(spec: SweepSpec) -> TuneConfig:
     every = t.get("report_every", 10)
     if isinstance(every, bool) or not isinstance(every, int) or every < 1:
         raise SweepError(f"tune.report_every: expected an integer >= 1, got {every!r}", key="tune.report_every")
-    return TuneConfig(study=str(t.get("study") or spec.name), storage=str(storage), n_trials=n, direction=direction,
+    return TuneConfig(study=plain_name(t.get("study") or spec.name, "tune.study"), storage=str(storage), n_trials=n, direction=direction,
                       params=params, sampler=sampler, pruner=pruner, report_every=every,
                       objective=Objective.from_dict(t.get("objective")))
 
