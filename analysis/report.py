@@ -24,6 +24,7 @@ from harness import metrics as M
 
 from .config import AnalysisConfig, ConfigError
 from .load import SUMMARY_TAG, Experiment, load_experiment
+from .paths import out_folder
 from .measures import measure_experiment
 from .tables import (Table, groups_table, marginal_table, noise_probe_table, poi_table, runs_table, separation_table,
                      summary_table, sweep_table)
@@ -67,7 +68,7 @@ def build_report(
     cfg = cfg or AnalysisConfig()
     if x not in (None, "n", "clip_c"):
         raise ConfigError(f"--x must be n or clip_c, got {x!r}")
-    out = Path(out_dir) if out_dir else Path("figures") / experiment
+    out = out_folder(experiment, out_dir)  # under the project, name sanitised
     metrics = (cfg.reward_metric, cfg.loss_metric, cfg.kl_metric, cfg.time_metric, M.MOE_REPLAY_COVERAGE)
     exp = load_experiment(experiment, tracking_uri, metrics=metrics, filter_string=filter_string, group_by=group_by,
                           include_unfinished=include_unfinished)
