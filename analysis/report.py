@@ -25,6 +25,7 @@ from harness import metrics as M
 from .config import AnalysisConfig, ConfigError
 from .load import SUMMARY_TAG, Experiment, load_experiment
 from .paths import out_folder
+from harness.uri import redact
 from .measures import measure_experiment
 from .tables import (Table, groups_table, marginal_table, noise_probe_table, poi_table, runs_table, separation_table,
                      summary_table, sweep_table)
@@ -155,7 +156,7 @@ def build_report(
 
 def _overview(exp: Experiment) -> list[str]:
     runs = exp.runs
-    lines = [f"- tracking URI: `{exp.tracking_uri}`, experiment `{exp.name}` (id {exp.experiment_id})",
+    lines = [f"- tracking URI: `{redact(exp.tracking_uri)}`, experiment `{exp.name}` (id {exp.experiment_id})",
              f"- generated: {_dt.datetime.now().isoformat(timespec='seconds')}"]
     if len(runs):
         per = runs.groupby("label", sort=False).size()

@@ -20,7 +20,7 @@ from harness import backends, estimators, tasks
 from harness.backends.verl.config import LATER_KEYS as VERL_LATER_KEYS, VerlConfig
 from harness.errors import ConfigError  # noqa: F401  (re-exported: ``from harness.config import ConfigError``)
 from harness.errors import one_of as _one_of, require as _require
-from harness.uri import resolve_tracking_uri
+from harness.uri import redact, resolve_tracking_uri
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
@@ -190,7 +190,15 @@ class RunConfig:
     out_dir: Optional[str] = None  # null = runs/<tracking.experiment>/<signature>
 
     def to_dict(self) -> dict[str, Any]:
+        """The whole spec (what a job or a child process is handed: ``tracking.uri`` as given)."""
         return asdict(self)
+
+    def public_dict(self) -> dict[str, Any]:
+        """The spec as it may be shown or stored (MLflow params, ``spec.yaml``, ``--print-config``):
+        ``tracking.uri`` redacted (``harness.uri.redact``: no password of the store)."""
+        data = self.to_dict()
+        data["tracking"]["uri"] = redact(data["tracking"]["uri"])
+        return data
 
     @property
     def signature(self) -> str:

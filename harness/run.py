@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     if dry or show:
         import yaml
 
-        print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
+        print(yaml.safe_dump(cfg.public_dict(), sort_keys=False), end="")
         print(f"# signature: {cfg.signature}")
         return 0
     from harness.record import CheckpointError, IdentityError, Interrupted, RunFolderError, signals_as_interrupts

@@ -33,6 +33,7 @@ import yaml
 
 from harness.config import ROOT, ConfigError, safe_name
 from harness.overrides import OverrideValueError, hydra_value as _hydra_value
+from harness.uri import mlflow_uri
 
 
 LAUNCHERS = ("slurm", "local")
@@ -251,7 +252,10 @@ def parse_spec(raw: dict, path: Path | None = None) -> SweepSpec:
     if tune is not None and not isinstance(tune, dict):
         raise SweepError(f"tune: expected a mapping, got {tune!r}", key="tune")
     spec = SweepSpec(
-        name=name, path=path, experiment=experiment, tracking_uri=raw.get("tracking_uri"),
+        name=name, path=path, experiment=experiment,
+        # an http store's credentials go to the environment the jobs inherit (harness.uri.mlflow_uri), not into
+        # the spec every job pickles
+        tracking_uri=mlflow_uri(str(raw["tracking_uri"])) if raw.get("tracking_uri") else None,
         base=list(base), grid=dict(grid), variants=list(variants), seeds=seeds, runs_dir=runs_dir.resolve(),
         sweep_dir=sweep_dir.resolve(), launcher=_launcher_from(raw.get("launcher")), tune=tune,
         description=str(raw.get("description") or ""),

@@ -135,14 +135,14 @@ class VerlRecord(RunRecord):
         folder's result if it answers this spec (:func:`finished`), else None (train; resume ``run_id`` if set)."""
         from harness.tracking import client_for
 
-        store.check(self.identity.tracking_uri)
+        store.check(self.cfg.tracking_uri)  # the identity's is redacted
         if self.rerun:
             self._archive(*RUN_FILES)
         had_summary = self.summary_path.exists()
         self._check_folder()  # --rerun, or another store's summary.json: set aside
         if had_summary and not self.summary_path.exists():
             self._archive(*RUN_FILES)  # that store's run: this one starts from scratch in this store
-        client = client_for(self.identity.tracking_uri)
+        client = client_for(self.cfg.tracking_uri)
         done = finished(client, self.cfg, self.finished_after_ms)
         if done is not None:
             self.attach(done["run_id"])
@@ -193,7 +193,8 @@ def summary(cfg: RunConfig) -> dict[str, Any] | None:
     """The folder's ``summary.json`` if it is this spec's in this store (its identity), else None."""
     data = read_json(cfg.run_dir / SUMMARY_FILE)
     ident = (data or {}).get("identity") or {}
-    if data is None or ident.get("tracking_uri") != cfg.tracking_uri or Identity.of(cfg).differences(ident):
+    mine = Identity.of(cfg)  # its tracking_uri redacted, as the folder's files record it
+    if data is None or ident.get("tracking_uri") != mine.tracking_uri or mine.differences(ident):
         return None
     return data
 
@@ -222,7 +223,7 @@ def _tracker(cfg: RunConfig, commit: str, run_id: str | None = None) -> "Tracker
         return Tracker(cfg.tracking_uri, cfg.tracking.experiment, run_id=run_id)
     tracker = Tracker(cfg.tracking_uri, cfg.tracking.experiment, run_name=translate.run_name(cfg),
                       tags=run_tags(cfg, commit))
-    spec = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+    spec = yaml.safe_dump(cfg.public_dict(), sort_keys=False)
     tracker.log_text(spec, "spec.yaml")
     tracker.log_text(shlex.join(translate.command(cfg, commit=commit)), "verl_command.txt")
     return tracker
