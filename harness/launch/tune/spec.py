@@ -9,6 +9,7 @@ from harness.launch.expand import build_run
 from harness.launch.spec import SweepError, SweepSpec, hydra_value, plain_name
 from harness.launch.tune.objective import Objective
 from harness.launch.tune.study import make_pruner, make_sampler
+from harness.uri import redact
 
 
 PARAM_TYPES = ("float", "int", "categorical")
@@ -49,10 +50,12 @@ class TuneConfig:
     report_every: int = 10
     objective: Objective = field(default_factory=Objective)
 
-    def registration(self, base_signature: str) -> dict[str, Any]:
-        """What the study is pre-registered with: a later call must agree on all of it."""
+    def registration(self, base_signature: str, store: str) -> dict[str, Any]:
+        """What the study is pre-registered with: a later call must agree on all of it. ``store``: the MLflow store
+        its trials' runs are in, redacted (``harness.uri.redact``): a study against another store would name, as
+        its best trial, a run that store does not hold."""
         return {"params": [asdict(p) for p in self.params], "objective": self.objective.to_dict(),
-                "direction": self.direction, "base_signature": base_signature}
+                "direction": self.direction, "base_signature": base_signature, "store": redact(store)}
 
 
 TUNE_KEYS = ("study", "storage", "n_trials", "direction", "params", "sampler", "pruner", "report_every", "objective")
@@ -122,6 +125,16 @@ def parse_tune(spec: SweepSpec) -> TuneConfig:
 def trial_overrides(spec: SweepSpec, values: dict[str, Any]) -> list[str]:
     seed = [f"seed={spec.seeds[0]}"] if spec.seeds else []
     return list(spec.base) + seed + [f"{k}={hydra_value(v)}" for k, v in values.items()]
+
+
+def store_of(spec: SweepSpec, tc: TuneConfig) -> str:
+    """The MLflow store the trials log to (as given: credentials included): the sweep's rule (``build_run``)."""
+    from harness.errors import ConfigError
+
+    try:
+        return build_run(spec, trial_overrides(spec, {p.key: p.extremes()[0] for p in tc.params})).tracking_uri
+    except ConfigError as exc:
+        raise SweepError(f"the base run is invalid, nothing submitted: {exc}", key=exc.key) from None
 
 
 def validate_tune(spec: SweepSpec, tc: TuneConfig) -> str:
