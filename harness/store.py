@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.uri import http_auth, mlflow_uri, redact
+from harness.uri import http_auth, mlflow_uri, redact, scrub
 
 TIMEOUT_S = 5.0
 
@@ -59,7 +59,7 @@ def _check_http(uri: str, timeout_s: float) -> None:
     try:
         resp = requests.get(bare.rstrip("/") + "/health", auth=http_auth(), timeout=timeout_s)
     except (requests.RequestException, OSError, ValueError) as exc:
-        why = _reason(exc).replace(uri, redact(uri))
+        why = scrub(_reason(exc), uri)
         raise _tracking_error(uri, f"{why} (after {time.monotonic() - t0:.1f} s)") from None
     if resp.status_code != 200:
         raise _tracking_error(uri, f"GET /health answered {resp.status_code} {resp.reason}"

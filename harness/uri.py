@@ -55,6 +55,11 @@ def redact(uri: str | None) -> str | None:
     return _SECRET_QUERY.sub(r"\1***", split_userinfo(uri)[0])
 
 
+def scrub(text: str, uri: str) -> str:
+    """``text`` (a command line, a message) with ``uri`` in it replaced by its redacted form."""
+    return text.replace(uri, redact(uri)) if uri else text
+
+
 def mlflow_uri(uri: str) -> str:
     """The URI to hand MLflow: an ``http(s)`` URI's userinfo goes into ``MLFLOW_TRACKING_USERNAME``/``PASSWORD``
     (this process and its children: jobs, the rollout process) and the bare URI comes back; MLflow then sends the

@@ -107,6 +107,19 @@ def test_an_unreachable_store_is_named_without_its_password():
     assert SECRET not in str(e.value) and "'http://127.0.0.1:9'" in str(e.value)
 
 
+@pytest.mark.parametrize("uri", [f"postgresql://u:{SECRET}@db:5432/m", f"http://alice:{SECRET}@h:5000"])
+def test_printed_specs_and_commands_hold_no_password(uri, capsys, tmp_path):
+    from harness.run import main
+
+    over = [f"tracking.uri={uri}", f"out_dir={tmp_path}/run"]
+    verl = ["backend=verl", "model=qwen3_30b_a3b", "trainer.lr=1e-6", "trainer.prompts_per_step=16",
+            "trainer.num_minibatches=4"]
+    for argv in ([*over, "--print-config"], [*verl, *over, "--dry-run"]):
+        assert main(argv) == 0
+        out = capsys.readouterr()
+        assert SECRET not in out.out + out.err and redact(uri) in out.out
+
+
 # --------------------------------------------------------------- a real MLflow server, a real run
 def _free_port() -> int:
     with socket.socket() as s:
