@@ -63,7 +63,7 @@ def parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="tables, figures (PNG+PDF) and report.md for one experiment")
     _common(rp)
     rp.add_argument("--x", choices=("n", "clip_c"), default=None, help="the sweep axis to feature (n or clip_c)")
-    rp.add_argument("--out", default=None, help="output folder (default: figures/<experiment>)")
+    rp.add_argument("--out", default=None, help="output folder (default: <project>/figures/<experiment>, the name made a plain folder name)")
     rp.add_argument("--no-log", action="store_true", help="do not log the report as a summary MLflow run")
     rp.add_argument("--primary", action="append", default=[], metavar="A|B or trend:FAMILY",
                     help="a primary contrast declared before the runs: two group labels 'A|B', or 'trend:<family> over "
@@ -98,7 +98,7 @@ def parser() -> argparse.ArgumentParser:
     dp.add_argument("--include-unfinished", action="store_true",
                     help="keep runs that are not FINISHED (default: left out and listed in a note)")
     dp.add_argument("--edge", type=int, default=50, help="steps at each end of a run for 'k3 first/last' (default 50)")
-    dp.add_argument("--out", default=None, help="output folder (default: figures/<experiment>)")
+    dp.add_argument("--out", default=None, help="output folder (default: <project>/figures/<experiment>, the name made a plain folder name)")
     dp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                     help="override an analysis parameter (repeatable; see `params`)")
     dp.add_argument("--config", default=None, help="YAML file of analysis parameters")

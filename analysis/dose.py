@@ -72,6 +72,7 @@ from harness import metrics as M
 from .config import AnalysisConfig
 from .histories import open_experiment
 from .load import AnalysisError, Experiment
+from .paths import out_folder
 from .measures import measure_experiment
 from .stats import Interval, iqm_ci, km_median, newcombe_diff, wilson
 from .tables import Table, _interval_cols, fmt_step
@@ -393,7 +394,7 @@ def build_dose(experiment: str, tracking_uri: str | None = None, out_dir: str | 
     measures = measure_experiment(exp, cfg)
     runs = run_frame(exp, measures, cfg, edge)
     _check_one_spec_per_arm(exp, runs)
-    out = Path(out_dir) if out_dir else Path("figures") / experiment
+    out = out_folder(experiment, out_dir)  # under the project, name sanitised
     out.mkdir(parents=True, exist_ok=True)
     result = DoseResult(out, notes=list(exp.notes), runs=runs)
     arms = arm_frame(runs, cfg)

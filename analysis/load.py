@@ -48,6 +48,7 @@ import pandas as pd
 
 from harness import metrics as M
 from harness.history import from_metrics
+from harness.uri import redact
 
 from .labels import CONTEXT_TAGS, arm_text, base_label, context_suffix, sort_key, tag_number, tag_text
 
@@ -151,9 +152,12 @@ def history_series(history: Iterable) -> pd.Series:
 
 
 def client_for(tracking_uri: str):
+    """An MLflow client, the store's credentials passed as MLflow recommends (``harness.uri.mlflow_uri``)."""
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=tracking_uri)
+    from harness.uri import mlflow_uri
+
+    return MlflowClient(tracking_uri=mlflow_uri(tracking_uri))
 
 
 def list_experiments(tracking_uri: str) -> list[str]:
@@ -219,7 +223,7 @@ def store_records(name: str, tracking_uri: str, filter_string: str | None = None
     if exp is None or exp.lifecycle_stage != "active":
         known = sorted(e.name for e in client.search_experiments())
         listing = "\n  ".join(known) if known else "(none)"
-        raise AnalysisError(f"no experiment named {name!r} in {tracking_uri}; experiments there:\n  {listing}")
+        raise AnalysisError(f"no experiment named {name!r} in {redact(tracking_uri)}; experiments there:\n  {listing}")
     return client, exp, [RunRecord.from_mlflow(r) for r in _search_all(client, exp.experiment_id, filter_string)]
 
 
@@ -277,7 +281,7 @@ def assemble(
         notes.append(f"{skipped_no_est} run(s) without an `estimator` tag were skipped.")
     if not training and not probes:
         where = f" matching filter {filter_string!r}" if filter_string else ""
-        raise AnalysisError(f"experiment {name!r} in {tracking_uri} holds no training or probe runs{where}")
+        raise AnalysisError(f"experiment {name!r} in {redact(tracking_uri)} holds no training or probe runs{where}")
 
     runs, excluded = select_runs(_runs_frame(training, group_by), include_unfinished)
     kept = set(runs["run_id"])

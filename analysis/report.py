@@ -25,6 +25,8 @@ from harness import metrics as M
 from .config import AnalysisConfig, ConfigError
 from .histories import open_experiment
 from .load import SUMMARY_TAG, Experiment, load_experiment
+from .paths import out_folder
+from harness.uri import redact
 from .measures import measure_experiment
 from .tables import Table, groups_table, marginal_table, noise_probe_table, poi_table, runs_table, summary_table, sweep_table
 from .verdict_tables import run_verdicts, separation_table, verdicts_table
@@ -77,7 +79,7 @@ def build_report(
     exp = open_experiment(experiment, tracking_uri, source, metrics=metrics, filter_string=filter_string,
                           group_by=group_by, include_unfinished=include_unfinished)
     log_to_mlflow = log_to_mlflow and source is None  # a file has no store to log to
-    out = Path(out_dir) if out_dir else Path("figures") / exp.name
+    out = out_folder(exp.name, out_dir)  # under the project, name sanitised
     out.mkdir(parents=True, exist_ok=True)  # only once the experiment is there: a bad name leaves no folder
     result = ReportResult(exp.name, out, out / "report.md", notes=list(exp.notes))
 
@@ -164,7 +166,7 @@ def build_report(
 
 def _overview(exp: Experiment) -> list[str]:
     runs = exp.runs
-    lines = [f"- tracking URI: `{exp.tracking_uri}`, experiment `{exp.name}` (id {exp.experiment_id})",
+    lines = [f"- tracking URI: `{redact(exp.tracking_uri)}`, experiment `{exp.name}` (id {exp.experiment_id})",
              f"- generated: {_dt.datetime.now().isoformat(timespec='seconds')}"]
     if len(runs):
         per = runs.groupby("label", sort=False).size()

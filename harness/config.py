@@ -20,7 +20,7 @@ from harness import backends, estimators, tasks
 from harness.backends.verl.config import LATER_KEYS as VERL_LATER_KEYS, VerlConfig
 from harness.errors import ConfigError  # noqa: F401  (re-exported: ``from harness.config import ConfigError``)
 from harness.errors import one_of as _one_of, require as _require
-from harness.uri import resolve_tracking_uri
+from harness.uri import redact, resolve_tracking_uri
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
@@ -190,7 +190,15 @@ class RunConfig:
     out_dir: Optional[str] = None  # null = runs/<tracking.experiment>/<signature>
 
     def to_dict(self) -> dict[str, Any]:
+        """The whole spec (what a job or a child process is handed: ``tracking.uri`` as given)."""
         return asdict(self)
+
+    def public_dict(self) -> dict[str, Any]:
+        """The spec as it may be shown or stored (MLflow params, ``spec.yaml``, ``--print-config``):
+        ``tracking.uri`` redacted (``harness.uri.redact``: no password of the store)."""
+        data = self.to_dict()
+        data["tracking"]["uri"] = redact(data["tracking"]["uri"])
+        return data
 
     @property
     def signature(self) -> str:
@@ -329,8 +337,8 @@ def _at_most(value: int, key: str) -> None:
     _require(value <= LIMITS[key], key, f"must be <= {LIMITS[key]} (harness.config.LIMITS), got {value}")
 
 
-def _safe_name(value: Optional[str], key: str, required: bool = True) -> None:
-    """A name that becomes a path component (``runs/<experiment>/``, ``figures/<experiment>/``): not empty,
+def safe_name(value: Optional[str], key: str, required: bool = True) -> None:
+    """A name that becomes a path component (``runs/<experiment>/``, a sweep's ``runs/sweeps/<name>/``): not empty,
     no ``/``, ``\\`` or NUL, not ``.``/``..``, no leading/trailing blanks, at most NAME_MAX characters;
     spaces inside are fine."""
     if value is None:
@@ -349,8 +357,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     estimator = estimators.get(e.name)
     estimator.parse(e)  # its parameters: its own required, the others unset, then its own checks
     _require(0 <= cfg.seed < SEED_MAX, "seed", f"must be an integer in [0, 2**31), got {cfg.seed}")
-    _safe_name(cfg.tracking.experiment, "tracking.experiment")
-    _safe_name(cfg.tracking.run_name, "tracking.run_name", required=False)
+    safe_name(cfg.tracking.experiment, "tracking.experiment")
+    safe_name(cfg.tracking.run_name, "tracking.run_name", required=False)
 
     m = cfg.model
     _one_of(m.kind, ("moe", "dense"), "model.kind")

@@ -40,6 +40,7 @@ from typing import Any, Iterator
 
 from harness import store, torchfile
 from harness.runlock import RunInProgress, RunLock  # noqa: F401 - RunInProgress: the entry points' exit 2
+from harness.uri import redact
 
 IDENTITY_FILE = "run.json"
 SUMMARY_FILE = "summary.json"
@@ -81,7 +82,7 @@ class Identity:
 
     @classmethod
     def of(cls, cfg) -> "Identity":
-        return cls(cfg.signature, cfg.seed, cfg.tracking.experiment, cfg.tracking_uri)
+        return cls(cfg.signature, cfg.seed, cfg.tracking.experiment, redact(cfg.tracking_uri))  # no password
 
     def differences(self, other: dict[str, Any]) -> list[str]:
         """The identity keys ``other`` records with another value (keys it lacks are not compared)."""
@@ -125,7 +126,7 @@ class RunRecord:
         ``RunSummary`` (nothing to do) or None (train: from ``self.state`` if it is set)."""
         from harness.tracking import client_for
 
-        uri = self.identity.tracking_uri
+        uri = self.cfg.tracking_uri  # the identity's is redacted
         store.check(uri)
         self._lock()
         try:
@@ -240,11 +241,11 @@ class RunRecord:
 
         i = self.identity
         if self.state is not None:
-            self.tracker = Tracker(i.tracking_uri, i.experiment, run_id=self.state["identity"]["run_id"])
+            self.tracker = Tracker(self.cfg.tracking_uri, i.experiment, run_id=self.state["identity"]["run_id"])
             if self.tags:
                 self._guard(self.tracker.set_tags, self.tags)
         else:
-            self.tracker = Tracker(i.tracking_uri, i.experiment, run_name=self.cfg.tracking.run_name,
+            self.tracker = Tracker(self.cfg.tracking_uri, i.experiment, run_name=self.cfg.tracking.run_name,
                                    tags={**tags, **self.tags})
             self._guard(self._first_writes, params, spec_text)
         self.identity = replace(self.identity, run_id=self.tracker.run_id)

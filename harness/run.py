@@ -15,6 +15,7 @@ from harness import backends
 from harness.backends.local.run import execute
 from harness.errors import ConfigError, fail
 from harness.summary import RunSummary, flat, summary_rewards
+from harness.uri import scrub
 
 __all__ = ["main", "usage", "execute", "RunSummary", "flat", "summary_rewards"]
 
@@ -67,14 +68,14 @@ def main(argv: list[str] | None = None) -> int:
                 raise ConfigError("backend", "--plan estimates GPU memory of a verl spec; use it with backend=verl")
             return backend.plan(cfg)
         if dry and backend.command is not None:
-            print(shlex.join(backend.command(cfg)))
+            print(scrub(shlex.join(backend.command(cfg)), cfg.tracking_uri))  # a database URL's password: not shown
             return 0
     except ConfigError as exc:
         return fail(exc, 2)
     if dry or show:
         import yaml
 
-        print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
+        print(yaml.safe_dump(cfg.public_dict(), sort_keys=False), end="")
         print(f"# signature: {cfg.signature}")
         return 0
     from harness.record import (CheckpointError, CheckpointWriteError, IdentityError, Interrupted, RunFolderError,

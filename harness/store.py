@@ -2,7 +2,8 @@
 
 - :func:`check` runs before anything heavy (before the warm start). An ``http(s)`` store is asked
   ``GET <uri>/health`` with a ``timeout_s`` limit (default 5 s; MLflow's own client would retry for
-  minutes); an sqlite store's folder must exist, and a fresh database is created (tables, migrations)
+  minutes), with the basic auth MLflow's client would send (``harness.uri``: userinfo or
+  ``MLFLOW_TRACKING_USERNAME``/``PASSWORD``); every message names the store by its redacted URI; an sqlite store's folder must exist, and a fresh database is created (tables, migrations)
   under a file lock ``<db>.lock``, so that several processes starting at once against a new file do not
   race (``table ... already exists``). Failure: :class:`~harness.tracking.TrackingError` (exit 1).
 - "Finished" means finished **in this store**: a run of the experiment tagged ``spec_sig = <signature>``
@@ -11,11 +12,12 @@
 """
 from __future__ import annotations
 
+import re
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
+
+from harness.uri import http_auth, mlflow_uri, redact, scrub
 
 TIMEOUT_S = 5.0
 
@@ -23,7 +25,7 @@ TIMEOUT_S = 5.0
 def _tracking_error(uri: str, why: str):
     from harness.tracking import TrackingError
 
-    return TrackingError(f"cannot reach the MLflow tracking store at {uri!r}: {why} (store: tracking.uri, "
+    return TrackingError(f"cannot reach the MLflow tracking store at {redact(uri)!r}: {why} (store: tracking.uri, "
                          f"else $MLFLOW_TRACKING_URI, else the project's mlruns.db)")
 
 
@@ -34,15 +36,8 @@ def sqlite_path(uri: str) -> Path | None:
 
 def check(uri: str, timeout_s: float = TIMEOUT_S) -> None:
     """Reachable (and, for a fresh sqlite file, created) within seconds, or TrackingError."""
-    t0 = time.monotonic()
-    if uri.startswith(("http://", "https://")):
-        try:
-            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s) as resp:
-                if resp.status != 200:
-                    raise _tracking_error(uri, f"GET /health answered {resp.status}")
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise _tracking_error(uri, f"{reason} (after {time.monotonic() - t0:.1f} s)") from None
+    if uri.lower().startswith(("http://", "https://")):
+        _check_http(uri, timeout_s)
         return
     db = sqlite_path(uri)
     if db is not None:
@@ -52,6 +47,31 @@ def check(uri: str, timeout_s: float = TIMEOUT_S) -> None:
             _touch_store(uri)
         return
     _touch_store(uri)
+
+
+def _check_http(uri: str, timeout_s: float) -> None:
+    """``GET <uri>/health`` answers 200 within ``timeout_s``, asked as MLflow's client would ask (the URI's
+    userinfo moved into basic auth by :func:`harness.uri.mlflow_uri`); a failure names only the redacted URI."""
+    import requests
+
+    t0 = time.monotonic()
+    bare = mlflow_uri(uri)
+    try:
+        resp = requests.get(bare.rstrip("/") + "/health", auth=http_auth(), timeout=timeout_s)
+    except (requests.RequestException, OSError, ValueError) as exc:
+        why = scrub(_reason(exc), uri)
+        raise _tracking_error(uri, f"{why} (after {time.monotonic() - t0:.1f} s)") from None
+    if resp.status_code != 200:
+        raise _tracking_error(uri, f"GET /health answered {resp.status_code} {resp.reason}"
+                                   + (" (credentials: MLFLOW_TRACKING_USERNAME/PASSWORD)"
+                                      if resp.status_code in (401, 403) else ""))
+
+
+def _reason(exc: BaseException) -> str:
+    """A requests failure in a few words (``[Errno 111] Connection refused``), not urllib3's nested repr."""
+    text = str(exc)
+    m = re.search(r"\[Errno -?\d+\][^'\")\]]*", text)
+    return m.group(0).strip() if m else (text.splitlines()[0][:200] if text else type(exc).__name__)
 
 
 def lock_for(db: Path, timeout_s: float = 60.0):

@@ -25,9 +25,14 @@ def _artifact_root(uri: str) -> str | None:
 
 
 def client_for(uri: str):
+    """An MLflow client of the store at ``uri``, its credentials passed as MLflow's docs recommend
+    (``harness.uri.mlflow_uri``: an http URI's userinfo in ``MLFLOW_TRACKING_USERNAME``/``PASSWORD``)."""
     import mlflow
     from mlflow.tracking import MlflowClient
 
+    from harness.uri import mlflow_uri
+
+    uri = mlflow_uri(uri)
     mlflow.set_tracking_uri(uri)  # for artifact repositories; the client below is explicit
     return MlflowClient(tracking_uri=uri)
 
@@ -58,7 +63,9 @@ class Tracker:
             else:
                 self.client.update_run(run_id, status="RUNNING")
         except Exception as exc:  # noqa: BLE001
-            raise TrackingError(f"cannot reach the MLflow tracking store at {uri!r}: {exc}") from exc
+            from harness.uri import redact
+
+            raise TrackingError(f"cannot reach the MLflow tracking store at {redact(uri)!r}: {exc}") from exc
         self.run_id = run_id
 
     def log_params(self, params: dict[str, Any]) -> None:

@@ -13,7 +13,7 @@ from typing import Optional
 from harness import backends
 from harness.config import ConfigError, RunConfig, build, compose
 from harness.launch.spec import SweepError, SweepSpec, hydra_value
-from harness.uri import resolve_tracking_uri
+from harness.uri import mlflow_uri, resolve_tracking_uri
 
 
 @dataclass
@@ -69,8 +69,9 @@ def build_run(spec: SweepSpec, overrides: list[str], name: str = "") -> RunConfi
     data = compose(run_overrides(spec) + list(overrides))
     data.setdefault("tracking", {})
     data["tracking"]["experiment"] = spec.experiment
-    # pinned: every job logs to the store the sweep checked (tracking_uri > $MLFLOW_TRACKING_URI > project)
-    data["tracking"]["uri"] = resolve_tracking_uri(spec.tracking_uri or data["tracking"].get("uri"))
+    # pinned: every job logs to the store the sweep checked (tracking_uri > $MLFLOW_TRACKING_URI > project);
+    # an http store's credentials travel in the environment the jobs inherit, not in their pickled spec
+    data["tracking"]["uri"] = mlflow_uri(resolve_tracking_uri(spec.tracking_uri or data["tracking"].get("uri")))
     data["tracking"]["run_name"] = name or None
     data["out_dir"] = None
     cfg = build(data)

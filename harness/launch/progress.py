@@ -24,7 +24,10 @@ def prepare_tracking(spec: SweepSpec, cfg: RunConfig) -> None:
     try:
         experiment_id(client_for(uri), spec.experiment, uri)
     except Exception as exc:  # noqa: BLE001
-        raise SweepError(f"tracking_uri: cannot reach the MLflow store {uri!r}: {exc}", key="tracking_uri") from None
+        from harness.uri import redact
+
+        raise SweepError(f"tracking_uri: cannot reach the MLflow store {redact(uri)!r}: {exc}",
+                         key="tracking_uri") from None
 
 
 def finished_in_store(spec: SweepSpec, runs: list, after_ms: int = 0) -> set[str]:
@@ -57,11 +60,10 @@ def finished_in_store(spec: SweepSpec, runs: list, after_ms: int = 0) -> set[str
 
 def mlflow_progress(uri: str, experiment: str, sigs: list[str]) -> dict[str, dict[str, Any]]:
     """``signature -> {run_id, rewards, losses, status}`` from the latest MLflow run with that spec_sig."""
-    from mlflow.tracking import MlflowClient
-
     from harness import history, metrics as M, store
+    from harness.tracking import client_for
 
-    client = MlflowClient(tracking_uri=uri)
+    client = client_for(uri)
     wanted, latest = set(sigs), {}
     for r in store.runs_of(client, experiment):  # newest first, every page
         sig = r.data.tags.get("spec_sig")
@@ -78,11 +80,10 @@ def mlflow_progress(uri: str, experiment: str, sigs: list[str]) -> dict[str, dic
 
 def run_history(uri: str, run_id: str) -> dict[str, list[float]]:
     """``{rewards, losses}`` of one MLflow run."""
-    from mlflow.tracking import MlflowClient
-
     from harness import history, metrics as M
+    from harness.tracking import client_for
 
-    client = MlflowClient(tracking_uri=uri)
+    client = client_for(uri)
     return {"rewards": history.read(client, run_id, M.REWARD_MEAN).values,
             "losses": history.read(client, run_id, M.POLICY_LOSS).values}
 

@@ -31,8 +31,9 @@ from typing import Any, Optional
 
 import yaml
 
-from harness.config import ROOT
+from harness.config import ROOT, ConfigError, safe_name
 from harness.overrides import OverrideValueError, hydra_value as _hydra_value
+from harness.uri import mlflow_uri
 
 
 LAUNCHERS = ("slurm", "local")
@@ -144,6 +145,26 @@ def apply_cli(raw: dict, overrides: list[str]) -> dict:
     return raw
 
 
+def plain_name(value: Any, key: str) -> str:
+    """``value`` as a plain name (``harness.config.safe_name``: no ``/``, ``..`` and the like), or a SweepError naming
+    ``key``: a sweep's name and experiment become folders (``<runs_dir>/sweeps/<name>``, ``<runs_dir>/<experiment>``)
+    and must not reach outside them."""
+    text = str(value)
+    try:
+        safe_name(text, key)
+    except ConfigError as exc:
+        raise SweepError(f"{exc}; set {key} to a folder name", key=key) from None
+    return text
+
+
+def _require_runs(spec: "SweepSpec") -> None:
+    """A plain sweep must say what to run: with no grid, variants, base or seeds it would submit one run of the
+    default spec (300 steps) under a name nobody chose, so it is refused. A tune spec searches ``tune.params``."""
+    if spec.tune is None and not (spec.grid or spec.variants or spec.base or spec.seeds):
+        raise SweepError(f"{spec.path or 'spec'}: no runs: a sweep needs a grid (KEY: [values]), a base (overrides "
+                         "every run gets) or seeds; see sweeps/tiny.yaml", key="grid")
+
+
 def _launcher_from(data: Any) -> LauncherConfig:
     if data is None:
         data = {}
@@ -195,7 +216,8 @@ def parse_spec(raw: dict, path: Path | None = None) -> SweepSpec:
     unknown = sorted(set(raw) - set(TOP_KEYS))
     if unknown:
         raise SweepError(f"{unknown[0]}: unknown sweep key; allowed: {', '.join(TOP_KEYS)}", key=unknown[0])
-    name = str(raw.get("name") or (path.stem if path else "sweep"))
+    name = plain_name(raw.get("name") or (path.stem if path else "sweep"), "name")
+    experiment = plain_name(raw.get("experiment") or name, "experiment")
     base = raw.get("base") or []
     if isinstance(base, dict):  # allow a mapping form
         base = [f"{k}={hydra_value(v)}" for k, v in base.items()]
@@ -229,12 +251,17 @@ def parse_spec(raw: dict, path: Path | None = None) -> SweepSpec:
     tune = raw.get("tune")
     if tune is not None and not isinstance(tune, dict):
         raise SweepError(f"tune: expected a mapping, got {tune!r}", key="tune")
-    return SweepSpec(
-        name=name, path=path, experiment=str(raw.get("experiment") or name), tracking_uri=raw.get("tracking_uri"),
+    spec = SweepSpec(
+        name=name, path=path, experiment=experiment,
+        # an http store's credentials go to the environment the jobs inherit (harness.uri.mlflow_uri), not into
+        # the spec every job pickles
+        tracking_uri=mlflow_uri(str(raw["tracking_uri"])) if raw.get("tracking_uri") else None,
         base=list(base), grid=dict(grid), variants=list(variants), seeds=seeds, runs_dir=runs_dir.resolve(),
         sweep_dir=sweep_dir.resolve(), launcher=_launcher_from(raw.get("launcher")), tune=tune,
         description=str(raw.get("description") or ""),
     )
+    _require_runs(spec)
+    return spec
 
 
 def load_spec(path: str | Path, overrides: list[str] = ()) -> SweepSpec:
@@ -242,7 +269,10 @@ def load_spec(path: str | Path, overrides: list[str] = ()) -> SweepSpec:
     if not p.exists():
         raise SweepError(f"{p}: no such sweep spec")
     try:
-        raw = yaml.safe_load(p.read_text()) or {}
+        raw = yaml.safe_load(p.read_text())
     except yaml.YAMLError as exc:
         raise SweepError(f"{p}: not valid YAML: {exc}") from None
+    if raw is None:
+        raise SweepError(f"{p}: empty sweep spec: a sweep needs a grid (KEY: [values]), a base or seeds; "
+                         "see sweeps/tiny.yaml", key="grid")
     return parse_spec(apply_cli(raw, list(overrides)), p)

@@ -26,6 +26,7 @@ from harness.launch.progress import finished_in_store, mlflow_progress
 from harness.launch.spec import SweepSpec, load_spec
 from harness.launch.sweep import summary_status
 from harness.record import SUMMARY_FILE
+from harness.uri import redact
 
 
 USAGE = """usage: python -m harness.status SPEC.yaml [OVERRIDE ...] [--json]
@@ -59,7 +60,7 @@ def sweep_status(spec: SweepSpec) -> list[RunStatus]:
         progress = mlflow_progress(uri, spec.experiment, [r.signature for r in runs])
         finished = finished_in_store(spec, runs)  # what the sweep skips: finished in this store, not a folder's file
     except Exception as exc:  # noqa: BLE001 - status must still show the scheduler's view
-        print(f"warning: cannot read MLflow at {uri}: {exc}", file=sys.stderr)
+        print(f"warning: cannot read MLflow at {redact(uri)}: {exc}", file=sys.stderr)
         progress, finished = {}, set()
     acfg = AnalysisConfig()
     rows = []

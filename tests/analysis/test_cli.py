@@ -23,6 +23,28 @@ def test_unknown_experiment_exits_2_listing_experiments(store, capsys, tmp_path,
     assert not (tmp_path / "figures").exists()  # no empty figures/nope/ left behind
 
 
+def test_the_default_output_folder_is_under_the_project_with_the_name_sanitised(fresh_store, tmp_path, monkeypatch,
+                                                                                  capsys):
+    """Issue 27 item 3: on 56d12ff ``report`` wrote ``figures/<experiment>`` relative to the working directory with
+    the name as is, so an experiment named ``../../esc`` escaped; now ``<project>/figures/.._.._esc``."""
+    from analysis import paths
+    from analysis.synthetic import SyntheticRun, curve, log_runs
+
+    log_runs(fresh_store.uri, "../../esc", [SyntheticRun("rollout", s, curve(40, seed=s)) for s in range(2)])
+    project = tmp_path / "project"
+    monkeypatch.setattr(paths, "FIGURES", project / "figures")
+    cwd = tmp_path / "a" / "b"
+    cwd.mkdir(parents=True)
+    monkeypatch.chdir(cwd)
+    before = set(tmp_path.rglob("*"))
+    assert main(["report", "--experiment", "../../esc", "--tracking-uri", fresh_store.uri, "--no-log",
+                 "--set", "bootstrap_reps=200", "--set", "curve_reps=50"]) == 0, capsys.readouterr().err
+    assert (project / "figures" / ".._.._esc" / "report.md").is_file()
+    assert {p for p in set(tmp_path.rglob("*")) - before if project not in p.parents and p != project} == set()
+    assert paths.folder_name("..") == "_.." and paths.folder_name(" a/b\\c ") == "a_b_c"
+    assert paths.out_folder("../x", tmp_path / "mine") == tmp_path / "mine"  # an explicit --out is the user's
+
+
 def test_compare_prints_probability_of_improvement(store, capsys):
     rc = main(["compare", "-e", "demo", "--a", "mean_n(n=16)", "--b", "rollout", "--tracking-uri", store.uri,
                "--set", "bootstrap_reps=500"])

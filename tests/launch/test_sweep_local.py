@@ -65,14 +65,14 @@ def test_requeued_trial_job_takes_back_its_trial(store):
     import optuna
     from optuna.trial import TrialState
 
-    from harness.launch.tune.spec import parse_tune, validate_tune
+    from harness.launch.tune.spec import parse_tune, store_of, validate_tune
     from harness.launch.tune.study import open_storage, open_study
     from harness.launch.tune.trial import TrialJob
 
     root, uri = store
     spec = load_spec(SWEEPS / "tiny_tune.yaml", where(root, uri, "requeued_trial"))
     tc = parse_tune(spec)
-    study = open_study(spec, tc, validate_tune(spec, tc))
+    study = open_study(spec, tc, validate_tune(spec, tc), store_of(spec, tc))
     prepare_tracking(spec, build_run(spec, spec.base))
     # what the first incarnation of slot 0 did before it was killed
     t = study.ask()

@@ -132,6 +132,9 @@ def test_one_invalid_run_names_the_run_and_the_key(tmp_path):
     ({"launcher": {"cpus_per_task": 0}}, "launcher.cpus_per_task"),
     ({"seeds": [0, 0]}, "seeds"),
     ({"grids": {}}, "grids"),
+    ({"name": "../../../../x", "grid": {"estimator": ["tis"]}}, "name"),
+    ({"experiment": "a/b", "base": ["estimator=tis"]}, "experiment"),
+    ({"launcher": {"name": "local"}}, "grid"),  # nothing to run: one default 300-step run on 56d12ff
 ])
 def test_bad_specs_are_refused_naming_the_key(tmp_path, data, key):
     with pytest.raises(SweepError) as e:
@@ -147,6 +150,36 @@ def test_cli_exit_code_2_and_nothing_written(tmp_path):
     assert r.returncode == 2, r.stderr
     assert "estimator.n" in r.stderr and "run 2/2" in r.stderr
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("text, override", [("", None), ("launcher: local\n", None),
+                                            ("grid: {estimator: [tis]}\n", "name=../../../../x"),
+                                            ("grid: {estimator: [tis]}\n", "experiment=..")])
+def test_paths_and_empty_specs_exit_2_before_anything_is_written(tmp_path, capsys, text, override):
+    """Issue 27 item 3: on 56d12ff ``name: ../../../../x`` wrote jobs.json and submitit's logs outside the project and
+    an empty spec submitted one default run; now one line naming the key, exit 2, and no file anywhere."""
+    from harness.launch.sweep import main
+
+    work = tmp_path / "a" / "b" / "c" / "d"
+    work.mkdir(parents=True)
+    p = work / "spec.yaml"
+    p.write_text(text)
+    args = [str(p), f"runs_dir={work / 'runs'}", "launcher=local", *([override] if override else [])]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    key = (override or "grid").split("=")[0]
+    assert key in err and ("a sweep needs a grid" in err or "plain name" in err), err
+    assert sorted(q.relative_to(tmp_path) for q in tmp_path.rglob("*")) == [
+        q.relative_to(tmp_path) for q in (tmp_path / "a", tmp_path / "a/b", tmp_path / "a/b/c", work, p)]
+
+
+def test_a_study_name_is_a_plain_name(tmp_path):
+    from harness.launch.tune.spec import parse_tune
+
+    with pytest.raises(SweepError, match="plain name") as e:
+        parse_tune(load_spec(SWEEPS / "tiny_tune.yaml", [f"runs_dir={tmp_path}", "tune.study=../x"]))
+    assert e.value.key == "tune.study"
 
 
 def test_tune_refuses_a_backend_without_a_pruner_callback(tmp_path, capsys):
@@ -179,19 +212,74 @@ def test_bad_tune_bounds_are_refused(tmp_path):
 
 def test_tune_objective_is_pre_registered(tmp_path):
     """The objective, space and base run are stored in the study: a spec that changes them cannot add trials."""
-    from harness.launch.tune.spec import parse_tune, validate_tune
+    from harness.launch.tune.spec import parse_tune, store_of, validate_tune
     from harness.launch.tune.study import open_study
 
     spec = load_spec(SWEEPS / "tiny_tune.yaml", [f"runs_dir={tmp_path}"])
     tc = parse_tune(spec)
-    open_study(spec, tc, validate_tune(spec, tc))
-    open_study(spec, tc, validate_tune(spec, tc))  # the same spec again: fine
+    open_study(spec, tc, validate_tune(spec, tc), store_of(spec, tc))
+    open_study(spec, tc, validate_tune(spec, tc), store_of(spec, tc))  # the same spec again: fine
     for change in ("tune.objective.tail_frac=0.5", "trainer.lr=0.01"):
         spec2 = load_spec(SWEEPS / "tiny_tune.yaml", [f"runs_dir={tmp_path}", change])
         tc2 = parse_tune(spec2)
         with pytest.raises(SweepError, match="was registered with a different") as e:
-            open_study(spec2, tc2, validate_tune(spec2, tc2))
+            open_study(spec2, tc2, validate_tune(spec2, tc2), store_of(spec2, tc2))
         assert e.value.key == "tune.study"
+
+
+def study_of(spec, create: bool = True):
+    """The tune spec's study, opened as ``harness.tune`` (``create``) or its report opens it: bound to the spec's store."""
+    from harness.launch.tune.spec import parse_tune, store_of, validate_tune
+    from harness.launch.tune.study import open_study
+
+    tc = parse_tune(spec)
+    return open_study(spec, tc, validate_tune(spec, tc), store_of(spec, tc), create=create)
+
+
+def test_a_study_is_bound_to_its_store(tmp_path, capsys):
+    """Issue 27 item 5: on 56d12ff tuning again against a new store continued the old study, whose best trial named
+    a run only the old store held. Now the store (redacted) is registered: another store is exit 2 with the fix,
+    before anything is submitted; the same store with other credentials is the same store."""
+    from harness.launch.tune.cli import main
+
+    def spec_for(uri, *more):
+        return load_spec(SWEEPS / "tiny_tune.yaml", [f"runs_dir={tmp_path}", f"tracking_uri={uri}", *more])
+
+    old, new = f"sqlite:///{tmp_path}/old.db", f"sqlite:///{tmp_path}/new.db"
+    spec = spec_for(old)
+    assert study_of(spec).user_attrs["registration"]["store"] == old
+    for create in (True, False):  # tuning, and --report / harness.status
+        with pytest.raises(SweepError, match="is bound to the MLflow store") as e:
+            study_of(spec_for(new), create=create)
+        assert e.value.key == "tune.study" and old in str(e.value) and new in str(e.value)
+        assert "tune.study=NAME" in str(e.value)
+    assert main([str(SWEEPS / "tiny_tune.yaml"), f"runs_dir={tmp_path}", f"tracking_uri={new}", "--no-wait"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: tune.study: ") and len(err.strip().splitlines()) == 1, err
+    assert not (spec.sweep_dir / "jobs.json").exists()  # nothing submitted
+    # an http store: recorded and compared without its credentials
+    web = spec_for("http://alice:s3cret@127.0.0.1:9", "tune.study=web")
+    assert study_of(web).user_attrs["registration"]["store"] == "http://127.0.0.1:9"
+    study_of(spec_for("http://bob:other@127.0.0.1:9", "tune.study=web"))  # the same store: fine
+    assert "s3cret" not in (web.sweep_dir / "optuna.journal").read_text()
+
+
+def test_a_study_registered_before_stores_were_is_bound_only_where_its_runs_are(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    spec = load_spec(SWEEPS / "tiny_tune.yaml", [f"runs_dir={tmp_path}", f"tracking_uri={uri}"])
+    study = study_of(spec)
+    legacy = {k: v for k, v in study.user_attrs["registration"].items() if k != "store"}
+    study.set_user_attr("registration", legacy)
+    trial = study.ask()
+    trial.set_user_attr("run_id", "0" * 32)  # a run of another store
+    with pytest.raises(SweepError, match="names MLflow runs that are not in"):
+        study_of(spec)
+    client = MlflowClient(uri)
+    run = client.create_run(client.create_experiment("x"))
+    trial.set_user_attr("run_id", run.info.run_id)  # its run is in this store: bound to it
+    assert study_of(spec).user_attrs["registration"] == {**legacy, "store": uri}
 
 
 def test_hydra_values_round_trip():

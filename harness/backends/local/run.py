@@ -36,9 +36,10 @@ def start(record, warmstart: dict) -> tuple:
     cfg = record.cfg
     fp = numerics.fingerprint(str(device_of(cfg)))  # what the run's bits depend on (docs/reliability.md)
     tags = {**run_tags(cfg), "numerics.key": fp["key"], "numerics.cpu": fp["cpu"]}
-    tracker = record.start(tags, {**flat(cfg.to_dict()), "warmstart.steps": warmstart["steps"],
-                                           "warmstart.reward": warmstart["reward"]},
-                           yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    shown = cfg.public_dict()  # tracking.uri without its credentials (harness.uri.redact)
+    tracker = record.start(tags, {**flat(shown), "warmstart.steps": warmstart["steps"],
+                                  "warmstart.reward": warmstart["reward"]},
+                           yaml.safe_dump(shown, sort_keys=False))
     return tracker, (tracker.last_logged_step(M.REWARD_MEAN) if record.state is not None else -1)
 
 

@@ -136,11 +136,11 @@ def backfill(tracking_uri: str, run_id: str, estimator: str, level: str | None =
     import time
 
     from mlflow.entities import Metric
-    from mlflow.tracking import MlflowClient
 
     from harness import history
+    from harness.tracking import client_for
 
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = client_for(tracking_uri)
     keys = set(client.get_run(run_id).data.metrics)
     by_step: dict[int, dict[str, float]] = {}
     needed = set(mapping(estimator, level, exact_reward)) | {"timing_per_token_ms/gen"}

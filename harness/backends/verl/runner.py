@@ -23,6 +23,7 @@ from harness.provenance import git_commit
 from harness.record import (SUMMARY_FILE, Identity, IdentityError, RunFolderError, RunRecord, active_run,
                             read_json)
 from harness.tags import run_tags
+from harness.uri import scrub
 from harness.backends.verl.config import validate
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -135,14 +136,14 @@ class VerlRecord(RunRecord):
         folder's result if it answers this spec (:func:`finished`), else None (train; resume ``run_id`` if set)."""
         from harness.tracking import client_for
 
-        store.check(self.identity.tracking_uri)
+        store.check(self.cfg.tracking_uri)  # the identity's is redacted
         if self.rerun:
             self._archive(*RUN_FILES)
         had_summary = self.summary_path.exists()
         self._check_folder()  # --rerun, or another store's summary.json: set aside
         if had_summary and not self.summary_path.exists():
             self._archive(*RUN_FILES)  # that store's run: this one starts from scratch in this store
-        client = client_for(self.identity.tracking_uri)
+        client = client_for(self.cfg.tracking_uri)
         done = finished(client, self.cfg, self.finished_after_ms)
         if done is not None:
             self.attach(done["run_id"])
@@ -184,6 +185,12 @@ class VerlRecord(RunRecord):
         return data
 
 
+def shown(cfg: RunConfig, argv: list[str]) -> str:
+    """The verl command as it may be printed or logged: the store's URI in it redacted (a database URL's password;
+    an http store's credentials are in the environment, not in the command: ``harness.uri.mlflow_uri``)."""
+    return scrub(shlex.join(argv), cfg.tracking_uri)
+
+
 def _spec_of(client, run) -> tuple[str | None, str]:
     """(spec_sig, experiment name) of an MLflow run: whose run it is."""
     return run.data.tags.get("spec_sig"), client.get_experiment(run.info.experiment_id).name
@@ -193,7 +200,8 @@ def summary(cfg: RunConfig) -> dict[str, Any] | None:
     """The folder's ``summary.json`` if it is this spec's in this store (its identity), else None."""
     data = read_json(cfg.run_dir / SUMMARY_FILE)
     ident = (data or {}).get("identity") or {}
-    if data is None or ident.get("tracking_uri") != cfg.tracking_uri or Identity.of(cfg).differences(ident):
+    mine = Identity.of(cfg)  # its tracking_uri redacted, as the folder's files record it
+    if data is None or ident.get("tracking_uri") != mine.tracking_uri or mine.differences(ident):
         return None
     return data
 
@@ -222,9 +230,9 @@ def _tracker(cfg: RunConfig, commit: str, run_id: str | None = None) -> "Tracker
         return Tracker(cfg.tracking_uri, cfg.tracking.experiment, run_id=run_id)
     tracker = Tracker(cfg.tracking_uri, cfg.tracking.experiment, run_name=translate.run_name(cfg),
                       tags=run_tags(cfg, commit))
-    spec = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+    spec = yaml.safe_dump(cfg.public_dict(), sort_keys=False)
     tracker.log_text(spec, "spec.yaml")
-    tracker.log_text(shlex.join(translate.command(cfg, commit=commit)), "verl_command.txt")
+    tracker.log_text(shown(cfg, translate.command(cfg, commit=commit)), "verl_command.txt")
     return tracker
 
 
@@ -260,7 +268,7 @@ def train(cfg: RunConfig, tracker: "Tracker | None" = None, rerun: bool = False,
     if os.environ.get("SLURM_CPUS_PER_TASK") and not os.environ.get("RAY_ADDRESS"):
         # a single-node job starts Ray itself: give it the CPUs Slurm allotted, not the node's count
         argv.append(f"ray_kwargs.ray_init.num_cpus={int(os.environ['SLURM_CPUS_PER_TASK'])}")
-    print(f"[harness] MLflow run {tracker.run_id}; running: {shlex.join(argv)}", flush=True)
+    print(f"[harness] MLflow run {tracker.run_id}; running: {shown(cfg, argv)}", flush=True)
     try:
         proc = subprocess.run(argv, env={**os.environ, **env})
     except BaseException as exc:  # an interrupt: the run ends KILLED (RunRecord.end), verl resumes it

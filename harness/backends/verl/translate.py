@@ -31,6 +31,7 @@ from harness.backends.verl.config import TOOL_FILES, estimator_mapping
 from harness.config import ROOT, RunConfig
 from harness.overrides import hydra_value
 from harness.tags import tag_values
+from harness.uri import mlflow_uri
 
 PLUGIN_MODULE = "harness.backends.verl.plugins"
 DETERMINISTIC_AGENT_LOOP = "harness_deterministic"
@@ -114,7 +115,8 @@ def run_name(cfg: RunConfig) -> str:
 
 def environment(cfg: RunConfig) -> dict[str, str]:
     """Environment of the driver (``main_ppo``); the same reaches every Ray worker via runtime_env."""
-    env = {"VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE, "MLFLOW_TRACKING_URI": cfg.tracking_uri}
+    # an http store's credentials: in MLFLOW_TRACKING_USERNAME/PASSWORD of this process, inherited (harness.uri)
+    env = {"VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE, "MLFLOW_TRACKING_URI": mlflow_uri(cfg.tracking_uri)}
     mapping = estimator_mapping(cfg)
     if mapping.env is not None:
         env.update(mapping.env(_params(cfg)))

@@ -24,8 +24,9 @@ Each trial is one run (its own signature and run folder, its MLflow run tagged `
 and ``optuna_trial``) executed by one job: the job opens the shared storage, asks for a trial
 (or, after a requeue, takes back its own RUNNING trial), runs its backend (``harness.backends``; local: ``execute``) with an
 ``on_step`` that reports the smoothed reward and asks the pruner, and tells the study the
-pre-registered objective (or PRUNED). The objective, the search space and the base run are stored
-in the study when it is created; a later call with a different one is refused (pre-registration).
+pre-registered objective (or PRUNED). The objective, the search space, the base run and the MLflow store
+(redacted) are stored in the study when it is created; a later call with a different one is refused
+(pre-registration; a study's trials are runs of its store).
 
 Modules: ``objective`` (the pre-registered score), ``spec`` (the ``tune:`` block, its validation),
 ``study`` (Optuna storage, sampler, pruner, the registered study), ``trial`` (one trial's job),

@@ -12,9 +12,10 @@ from harness.launch.jobs import JobsDB, job_states
 from harness.launch.progress import prepare_tracking
 from harness.launch.spec import SweepSpec
 from harness.launch.tune.report import report
-from harness.launch.tune.spec import TuneConfig, parse_tune, trial_overrides, validate_tune
+from harness.launch.tune.spec import TuneConfig, parse_tune, store_of, trial_overrides, validate_tune
 from harness.launch.tune.study import open_study
 from harness.launch.tune.trial import TrialJob, short
+from harness.uri import redact
 
 
 def submit_trials(spec: SweepSpec, tc: TuneConfig, study, n: int, out=None) -> list[int]:
@@ -32,7 +33,7 @@ def submit_trials(spec: SweepSpec, tc: TuneConfig, study, n: int, out=None) -> l
     db.save()
     shown = sorted(set(j.split("_")[0] for j in job_ids))
     print(f"submitted {n} trials (slots {slots[0]}-{slots[-1]}) of study {tc.study!r} as {spec.launcher.name} "
-          f"job{'s' if len(shown) > 1 else ''} {', '.join(shown)}; storage {tc.storage}", file=out)
+          f"job{'s' if len(shown) > 1 else ''} {', '.join(shown)}; storage {redact(tc.storage)}", file=out)
     return slots
 
 
@@ -89,7 +90,7 @@ def run_tune(spec: SweepSpec, wait: bool = True, timeout: float | None = None, o
     out = sys.stdout if out is None else out
     tc = parse_tune(spec)
     base_sig = validate_tune(spec, tc)
-    study = open_study(spec, tc, base_sig)
+    study = open_study(spec, tc, base_sig, store_of(spec, tc))  # bound to its store: another store is exit 2
     before = len(study.get_trials(deepcopy=False))
     prepare_tracking(spec, build_run(spec, trial_overrides(spec, {p.key: p.extremes()[0] for p in tc.params})))
     print(f"study {tc.study!r}: {before} trials so far; adding {tc.n_trials}; launcher {spec.launcher.name}; "

@@ -9,9 +9,10 @@ from typing import Optional
 from harness.launch.cli import format_table
 from harness.launch.spec import SweepSpec
 from harness.launch.tune.objective import Objective
-from harness.launch.tune.spec import ParamSpec, TuneConfig, parse_tune
+from harness.launch.tune.spec import ParamSpec, TuneConfig, parse_tune, store_of
 from harness.launch.tune.study import open_study, quiet_optuna
 from harness.launch.tune.trial import short
+from harness.uri import redact
 
 
 def trials_table(study, tc: TuneConfig) -> tuple[list[str], list[list[str]]]:
@@ -37,12 +38,12 @@ def report(spec: SweepSpec, plots: bool = True, as_json: bool = False, out=None)
     from optuna.trial import TrialState
 
     tc = parse_tune(spec)
-    study = open_study(spec, tc, "", create=False)
+    study = open_study(spec, tc, "", store_of(spec, tc), create=False)  # bound to its store: its best run is there
     trials = study.get_trials(deepcopy=False)
     counts = {s.name: sum(t.state == s for t in trials) for s in TrialState}
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     best = study.best_trial if complete else None
-    result = {"study": tc.study, "storage": tc.storage, "n_trials": len(trials),
+    result = {"study": tc.study, "storage": redact(tc.storage), "n_trials": len(trials),
               "counts": {k: v for k, v in counts.items() if v},
               "best": None if best is None else {"trial": best.number, "value": best.value, "params": best.params,
                                                  "signature": best.user_attrs.get("spec_sig")},
@@ -55,7 +56,7 @@ def report(spec: SweepSpec, plots: bool = True, as_json: bool = False, out=None)
         print(json.dumps(result), file=out)
         return result
     header, rows = trials_table(study, tc)
-    print(f"study {tc.study!r} ({tc.storage}): {len(trials)} trials: "
+    print(f"study {tc.study!r} ({redact(tc.storage)}): {len(trials)} trials: "
           + ", ".join(f"{v} {k.lower()}" for k, v in counts.items() if v), file=out)
     print(format_table(rows, header), file=out)
     if best is None:

@@ -6,9 +6,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from harness.launch.expand import build_run
-from harness.launch.spec import SweepError, SweepSpec, hydra_value
+from harness.launch.spec import SweepError, SweepSpec, hydra_value, plain_name
 from harness.launch.tune.objective import Objective
 from harness.launch.tune.study import make_pruner, make_sampler
+from harness.uri import redact
 
 
 PARAM_TYPES = ("float", "int", "categorical")
@@ -49,10 +50,12 @@ class TuneConfig:
     report_every: int = 10
     objective: Objective = field(default_factory=Objective)
 
-    def registration(self, base_signature: str) -> dict[str, Any]:
-        """What the study is pre-registered with: a later call must agree on all of it."""
+    def registration(self, base_signature: str, store: str) -> dict[str, Any]:
+        """What the study is pre-registered with: a later call must agree on all of it. ``store``: the MLflow store
+        its trials' runs are in, redacted (``harness.uri.redact``): a study against another store would name, as
+        its best trial, a run that store does not hold."""
         return {"params": [asdict(p) for p in self.params], "objective": self.objective.to_dict(),
-                "direction": self.direction, "base_signature": base_signature}
+                "direction": self.direction, "base_signature": base_signature, "store": redact(store)}
 
 
 TUNE_KEYS = ("study", "storage", "n_trials", "direction", "params", "sampler", "pruner", "report_every", "objective")
@@ -114,7 +117,7 @@ def parse_tune(spec: SweepSpec) -> TuneConfig:
     every = t.get("report_every", 10)
     if isinstance(every, bool) or not isinstance(every, int) or every < 1:
         raise SweepError(f"tune.report_every: expected an integer >= 1, got {every!r}", key="tune.report_every")
-    return TuneConfig(study=str(t.get("study") or spec.name), storage=str(storage), n_trials=n, direction=direction,
+    return TuneConfig(study=plain_name(t.get("study") or spec.name, "tune.study"), storage=str(storage), n_trials=n, direction=direction,
                       params=params, sampler=sampler, pruner=pruner, report_every=every,
                       objective=Objective.from_dict(t.get("objective")))
 
@@ -122,6 +125,16 @@ def parse_tune(spec: SweepSpec) -> TuneConfig:
 def trial_overrides(spec: SweepSpec, values: dict[str, Any]) -> list[str]:
     seed = [f"seed={spec.seeds[0]}"] if spec.seeds else []
     return list(spec.base) + seed + [f"{k}={hydra_value(v)}" for k, v in values.items()]
+
+
+def store_of(spec: SweepSpec, tc: TuneConfig) -> str:
+    """The MLflow store the trials log to (as given: credentials included): the sweep's rule (``build_run``)."""
+    from harness.errors import ConfigError
+
+    try:
+        return build_run(spec, trial_overrides(spec, {p.key: p.extremes()[0] for p in tc.params})).tracking_uri
+    except ConfigError as exc:
+        raise SweepError(f"the base run is invalid, nothing submitted: {exc}", key=exc.key) from None
 
 
 def validate_tune(spec: SweepSpec, tc: TuneConfig) -> str:
