@@ -79,11 +79,15 @@ def build_report(
     exp = open_experiment(experiment, tracking_uri, source, metrics=metrics, filter_string=filter_string,
                           group_by=group_by, include_unfinished=include_unfinished)
     log_to_mlflow = log_to_mlflow and source is None  # a file has no store to log to
+    declared = declared_primary(exp) if source is None and not primary else None
+    primary = list(primary) or [tuple(c) for c in (declared or {}).get("contrasts", [])]
     out = out_folder(exp.name, out_dir)  # under the project, name sanitised
     out.mkdir(parents=True, exist_ok=True)  # only once the experiment is there: a bad name leaves no folder
     result = ReportResult(exp.name, out, out / "report.md", notes=list(exp.notes))
 
     measures = measure_experiment(exp, cfg)
+    if primary:
+        result.notes.append(primary_note(exp, primary, declared))
     if exp.runs.empty:
         result.notes.append("the experiment holds only probe runs: there are no training curves to analyse.")
     elif exp.runs.groupby("label").size().max() < 2:
@@ -162,6 +166,40 @@ def build_report(
             print(f"analysis: warning: {msg}", file=sys.stderr)
             result.report_md.write_text(render_markdown(exp, result, cfg, order, x))
     return result
+
+
+def declared_primary(exp: Experiment) -> dict | None:
+    """The primary contrasts a sweep declared for this experiment (tag ``harness.primary``), or None."""
+    import json
+
+    from .load import client_for
+
+    try:
+        tag = client_for(exp.tracking_uri).get_experiment(exp.experiment_id).tags.get(M.PRIMARY_TAG)
+    except Exception:  # noqa: BLE001 - a store without the experiment's tags: nothing declared
+        return None
+    return json.loads(tag) if tag else None
+
+
+def primary_note(exp: Experiment, primary: Sequence[tuple], declared: dict | None) -> str:
+    """What the primary contrasts are and whether they were declared before the experiment's first run."""
+    import datetime as dt
+
+    names = "; ".join(f"{c[0]} vs {c[1]}" if c[0] != "trend" else f"trend {c[1]}" for c in primary)
+    unknown = sorted({x for c in primary if c[0] != "trend" for x in c} - set(exp.labels))
+    if unknown:
+        names += f" [no group {', '.join(map(repr, unknown))} in this experiment: that contrast is not tested]"
+    if declared is None:
+        return f"primary contrasts given to the report ({names}): tested first, Holm among themselves; not " \
+               "pre-registered (no declaration recorded before the runs)."
+    at = declared["declared_at_ms"]
+    first = int(exp.runs["start_time"].min()) if len(exp.runs) and exp.runs["start_time"].notna().any() else None
+    when = dt.datetime.fromtimestamp(at / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    if first is not None and at <= first:
+        return f"primary contrasts ({names}) declared by the sweep at {when}, before the first run started: " \
+               "pre-registered; tested first, Holm among themselves, everything else exploratory."
+    return f"primary contrasts ({names}) declared by the sweep at {when}, after runs of this experiment had " \
+           "started: labelled primary, not pre-registered."
 
 
 def _overview(exp: Experiment) -> list[str]:

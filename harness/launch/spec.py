@@ -12,6 +12,9 @@ A sweep spec (``sweeps/*.yaml``)::
       - {estimator: tis, estimator.level: token}
       - {estimator: tis, estimator.level: sequence}
     seeds: [0, 1, 2, 3, 4]         # default: the config's seed
+    primary:                       # optional: the primary contrasts, declared before the runs (analysis/verdicts.py)
+      - [recompute, "mean_n(n=8)"] #   a pair: two group labels as the report names them
+      - trend: mean_n over n       #   an ordered family of the report (Cochran-Armitage / Page / JT)
     runs_dir: null                 # run folders: <runs_dir>/<experiment>/<signature> (default <project>/runs)
     sweep_dir: null                # jobs.json, submitit logs, Optuna journal (default <runs_dir>/sweeps/<name>)
     launcher: {name: slurm, partition: gpu, time_min: 120, cpus_per_task: 1, mem_gb: 4,
@@ -38,7 +41,7 @@ from harness.uri import mlflow_uri
 
 LAUNCHERS = ("slurm", "local")
 TOP_KEYS = ("name", "experiment", "tracking_uri", "base", "grid", "variants", "seeds", "runs_dir",
-            "sweep_dir", "launcher", "tune", "description")
+            "sweep_dir", "launcher", "tune", "description", "primary")
 
 
 class SweepError(ValueError):
@@ -88,6 +91,27 @@ class SweepSpec:
     launcher: LauncherConfig
     tune: Optional[dict]
     description: str = ""
+    primary: list = field(default_factory=list)  # [["A", "B"], ["trend", "family over x"]]
+
+
+def parse_primary(raw: Any) -> list[list[str]]:
+    """The ``primary:`` list: pairs ``[A, B]`` of group labels and ``{trend: FAMILY}`` entries, as
+    ``[[A, B], ["trend", FAMILY]]``."""
+    if raw is None:
+        return []
+    fix = "write pairs of group labels [A, B] and ordered families {trend: 'mean_n over n'}"
+    if not isinstance(raw, list):
+        raise SweepError(f"primary: expected a list; {fix}", key="primary")
+    out = []
+    for i, item in enumerate(raw):
+        if isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) and x for x in item) \
+                and item[0] != item[1]:
+            out.append([item[0], item[1]])
+        elif isinstance(item, dict) and set(item) == {"trend"} and isinstance(item["trend"], str) and item["trend"]:
+            out.append(["trend", item["trend"]])
+        else:
+            raise SweepError(f"primary[{i}]: {item!r} is neither a pair nor a trend; {fix}", key=f"primary[{i}]")
+    return out
 
 
 def hydra_value(v: Any) -> str:
@@ -258,7 +282,7 @@ def parse_spec(raw: dict, path: Path | None = None) -> SweepSpec:
         tracking_uri=mlflow_uri(str(raw["tracking_uri"])) if raw.get("tracking_uri") else None,
         base=list(base), grid=dict(grid), variants=list(variants), seeds=seeds, runs_dir=runs_dir.resolve(),
         sweep_dir=sweep_dir.resolve(), launcher=_launcher_from(raw.get("launcher")), tune=tune,
-        description=str(raw.get("description") or ""),
+        description=str(raw.get("description") or ""), primary=parse_primary(raw.get("primary")),
     )
     _require_runs(spec)
     return spec

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import backends
-from harness.launch import submit
+from harness.launch import primary, submit
 from harness.launch.cli import cli, split_args
 from harness.launch.expand import PlannedRun, validate
 from harness.launch.jobs import JobsDB, job_states
@@ -106,6 +106,11 @@ def submit_sweep(spec: SweepSpec, rerun: bool = False, dry_run: bool = False, ou
     if not todo:
         return decisions
     prepare_tracking(spec, todo[0].run.cfg)
+    declared = primary.declare(spec, todo[0].run.cfg.tracking_uri)  # before any job starts (harness/launch/primary.py)
+    if declared:
+        print(f"primary contrasts ({len(declared['contrasts'])}) declared at "
+              f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(declared['declared_at_ms'] / 1000))} UTC in "
+              f"{spec.sweep_dir / primary.FILE}", file=out)
     after_ms = 0
     if rerun:
         after_ms = int(time.time() * 1000)  # the jobs' runs: a FINISHED run older than this does not count

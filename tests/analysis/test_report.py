@@ -127,3 +127,31 @@ def test_palette_is_shared_and_distinct(store):
     colours = [pal[lab].colour for lab in exp.labels]
     assert len(set(colours)) == len(colours)
     assert pal["tis(C=2,token)"].linestyle == "-" and pal["tis(C=2,sequence)"].linestyle == "--"
+
+
+def test_declared_primary_contrasts_are_tested_first_and_called_pre_registered(fresh_store, fast_cfg, tmp_path):
+    """A sweep's declaration (experiment tag harness.primary, harness/launch/primary.py) older than the runs: the
+    report's primary family holds exactly the declared pair (both endpoints), and its note says pre-registered;
+    a declaration newer than the first run is labelled primary, not pre-registered."""
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    from analysis.synthetic import demo_runs, log_runs
+    from harness.metrics import PRIMARY_TAG
+
+    exp_id = log_runs(fresh_store.uri, "prim", [r for r in demo_runs(seeds=6, T=130)
+                                               if r.tags()["estimator"] in ("rollout", "mean_n")])
+    client = MlflowClient(fresh_store.uri)
+    decl = {"contrasts": [["rollout", "mean_n(n=16)"]], "declared_at_ms": 0, "history": []}
+    client.set_experiment_tag(exp_id, PRIMARY_TAG, json.dumps(decl))
+    res = build_report("prim", fresh_store.uri, tmp_path / "a", fast_cfg, log_to_mlflow=False, echo=None)
+    data = res.tables["verdicts"].data
+    prim = data[data["family"] == "primary"]
+    assert set(prim["endpoint"]) == {"collapse", "final"} and len(prim) == 2
+    assert set(prim["a"]) | set(prim["b"]) == {"rollout", "mean_n(n=16)"}
+    assert any("before the first run started: pre-registered" in n for n in res.notes)
+    decl["declared_at_ms"] = int(4e12)  # 2096: after every run
+    client.set_experiment_tag(exp_id, PRIMARY_TAG, json.dumps(decl))
+    res = build_report("prim", fresh_store.uri, tmp_path / "b", fast_cfg, log_to_mlflow=False, echo=None)
+    assert any("labelled primary, not pre-registered" in n for n in res.notes)
