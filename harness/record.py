@@ -105,6 +105,7 @@ class RunRecord:
         self.tracker = None
         self.in_loop = False
         self.stop_signal: int | None = None
+        self.stop_time: float | None = None  # time.monotonic() when the signal came
         self.lock = RunLock(self.dir)
 
     # ------------------------------------------------------------------------- paths
@@ -370,7 +371,7 @@ def signals_as_interrupts() -> Iterator[None]:
         live = [r for r in _ACTIVE if r.in_loop]
         if live and all(r.stop_signal is None for r in live):  # a loop over several records (a seed pack) sees it on each
             for r in live:
-                r.stop_signal = signum
+                r.stop_signal, r.stop_time = signum, time.monotonic()
             return
         raise Interrupted(signum)
 

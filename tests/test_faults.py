@@ -286,6 +286,32 @@ def test_sigterm_ends_the_run_killed_with_a_checkpoint_and_kill_9_resumes_into_t
     assert steps_logged(cfg.tracking_uri, run_id) == list(range(60))  # each step once
 
 
+def test_sigterm_during_a_long_step_is_honoured_within_a_phase_not_a_step(tiny_overrides):
+    """Issue 27 item 7: a step of 128 minibatch updates (seconds); SIGTERM right after step 0 is logged, i.e. as
+    step 1 starts. The run stops at step 1's next phase boundary, well within a quarter of a step after the signal
+    (it says how long; waiting for the step, as before, takes about a whole one, which Slurm's KillWait of 30 s can
+    be shorter than on verl), and the
+    same command resumes from the step-0 checkpoint, logging each step once."""
+    over = tiny_overrides("trainer.checkpoint_every=1", "trainer.ppo_epochs=16", "trainer.num_minibatches=8",
+                          "trainer.prompts_per_step=8", "trainer.group_size=8", steps=2, name="longstep")
+    cfg = load(over)
+    proc = _start(over)
+    run_id, _ = _when_logged(cfg.tracking_uri, 1, proc, timeout=300)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    step_s = MlflowClient(cfg.tracking_uri).get_metric_history(run_id, M.TIME_STEP)[0].value
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert "during step 1" in err and "checkpoint" in err and "Traceback" not in err, err[-2000:]
+    import re
+
+    stopped = float(re.search(r"stopped ([0-9.]+) s after the signal", err).group(1))
+    assert stopped < 0.25 * step_s, (stopped, step_s)  # one phase (a minibatch: ~1/128 of the step), not the step
+    proc = _start(over)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-2000:]
+    assert steps_logged(cfg.tracking_uri, run_id) == [0, 1]
+
+
 def test_status_calls_a_run_finished_only_when_its_store_says_so(tmp_path):
     """``harness.status`` agrees with the sweep: a summary.json of another store in the folder is not "finished"."""
     from harness.launch.status import sweep_status

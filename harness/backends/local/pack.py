@@ -64,13 +64,14 @@ def execute_pack(cfgs: list[RunConfig], rerun: bool = False, tags: dict[str, str
 def _train(records: list, device) -> list:
     from harness import metrics as M
     from harness.backends.local.run import start
-    from harness.backends.local.trainer import PackTrainer
+    from harness.backends.local.trainer import PackTrainer, StepAborted
     from harness.record import Interrupted
     from harness.summary import RunSummary
     from harness.tracking import StepBuffer
 
     cfgs = [r.cfg for r in records]
     trainer = PackTrainer(cfgs, device)
+    trainer.stop_check = lambda: any(r.stop_signal is not None for r in records)  # stop at the step's next phase
     rewards: list[list[float]] = [[] for _ in records]
     for j, rec in enumerate(records):
         if rec.state is not None:
@@ -97,7 +98,12 @@ def _train(records: list, device) -> list:
                 loops.enter_context(rec.loop())
             while trainer.step < steps and live:
                 step = trainer.step
-                values = trainer.run_step()
+                try:
+                    values = trainer.run_step()
+                except StepAborted:  # a signal mid-step: each seed's state is its last checkpoint
+                    signal = next(r.stop_signal for r in records if r.stop_signal is not None)
+                    raise Interrupted(signal, f"seed pack of {len(records)} ended KILLED during step {step}; each "
+                                      "seed resumes from its last checkpoint (the same command)") from None
                 for j in list(live):
                     v = values[j]
                     rewards[j].append(v[M.REWARD_MEAN])

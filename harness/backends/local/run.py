@@ -5,6 +5,7 @@ into the same MLflow run, or returns the finished result of) one run and returns
 from __future__ import annotations
 
 import math
+import time
 from typing import Callable
 
 from harness.config import RunConfig
@@ -73,6 +74,7 @@ def _train(record, on_step: Callable[[int, dict[str, float]], bool] | None, prog
 
     from harness import metrics as M
     from harness.backends.local.overlap import make_trainer
+    from harness.backends.local.trainer import StepAborted
     from harness.record import Interrupted
     from harness.tracking import StepBuffer
 
@@ -95,10 +97,13 @@ def _train(record, on_step: Callable[[int, dict[str, float]], bool] | None, prog
         raise
 
     buffer = StepBuffer(tracker)
+    trainer.stop_check = lambda: record.stop_signal is not None  # a signal stops the step at its next phase
+    saved = [trainer.step if state is not None else None]  # the step of the last checkpoint
 
     def save_checkpoint() -> None:
         buffer.flush()  # every step up to a checkpoint is in the store
         record.save_checkpoint(trainer.state_dict(), {"rewards": rewards})
+        saved[0] = trainer.step
 
     status, times = "finished", []
     bar = tqdm(total=cfg.trainer.steps, initial=trainer.step, desc=cfg.estimator.name, disable=not progress,
@@ -107,7 +112,15 @@ def _train(record, on_step: Callable[[int, dict[str, float]], bool] | None, prog
         with record.loop():
             while trainer.step < cfg.trainer.steps:
                 step = trainer.step
-                values = trainer.run_step()
+                try:
+                    values = trainer.run_step()
+                except StepAborted:  # a signal mid-step: the last checkpoint is the run's state, not this memory
+                    where = (f"its state is checkpoint {record.checkpoint_path} at step {saved[0]}" if saved[0] is not
+                             None else "no checkpoint yet: a rerun starts over")
+                    after = time.monotonic() - (record.stop_time or time.monotonic())
+                    raise Interrupted(record.stop_signal, f"MLflow run {tracker.run_id} ended KILLED during step "
+                                      f"{step}, stopped {after:.2f} s after the signal; {where} (the same command "
+                                      "resumes, recomputing the steps since bitwise)") from None
                 rewards.append(values[M.REWARD_MEAN])
                 times.append(values[M.TIME_STEP])
                 if step > logged:  # a resumed run recomputes identical steps; log each once

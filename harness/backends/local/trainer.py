@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from typing import Callable
 
 import torch
 from torch import Tensor
@@ -170,6 +171,12 @@ def router_kl(roll_logp: Tensor, rec_logp: Tensor, mask: Tensor | None) -> Tenso
     return _token_mean((roll_logp.exp() * (roll_logp - rec_logp)).sum(-1), mask)
 
 
+class StepAborted(Exception):
+    """A stop was asked for (SIGTERM/SIGINT, ``PackTrainer.stop_check``) between two phases of a step: the step is
+    abandoned and the trainer's memory is not a state to save; the run's state is its last checkpoint, from which
+    the same command recomputes the lost steps bitwise."""
+
+
 class PackTrainer:
     """S seeds of one spec (``cfgs`` differ only in ``seed``) trained as one stacked model."""
 
@@ -178,6 +185,9 @@ class PackTrainer:
         if len(sigs) != 1:
             raise ValueError(f"a seed pack trains seeds of one spec; got specs {sorted(sigs)}")
         self.cfgs, self.cfg, self.device = cfgs, cfgs[0], device
+        # asked between the phases of a step (rollout, pi_old, diagnostics, each minibatch): True -> StepAborted, so
+        # a signal is honoured within one phase, not one step (a long step would outlast Slurm's KillWait)
+        self.stop_check: Callable[[], bool] | None = None
         self.seeds = [c.seed for c in cfgs]
         self.size = len(cfgs)
         cfg = self.cfg
@@ -232,10 +242,16 @@ class PackTrainer:
             self._set_scale()
 
     # ----------------------------------------------------------------------------- step
+    def phase_boundary(self) -> None:
+        """Raise :class:`StepAborted` when a stop was asked for (``stop_check``)."""
+        if self.stop_check is not None and self.stop_check():
+            raise StepAborted(f"step {self.step} abandoned between two of its phases")
+
     def run_step(self) -> list[dict[str, float]]:
         """One step of every seed; the metrics of each seed."""
         t_step = time.perf_counter()
         batch = self.collect()
+        self.phase_boundary()
         t_wait = time.perf_counter() - t_step
         per_seed = self.learn(batch, t_step)
         for values in per_seed:
@@ -272,6 +288,7 @@ class PackTrainer:
         t = time.perf_counter()
         old = self.estimator.old_policy(ctx)
         t_old = time.perf_counter() - t
+        self.phase_boundary()
 
         t = time.perf_counter()
         noise = batch.noise_scores if batch.noise_scores is not None else self.noise_scores(roll)
@@ -279,6 +296,7 @@ class PackTrainer:
         if self.kl is not None:  # the scale this step ran at
             out.update(self.kl.metrics())
         t_diag = time.perf_counter() - t
+        self.phase_boundary()
 
         t = time.perf_counter()
         out.update(self._update(roll.tokens, pl, adv, old))
@@ -372,6 +390,7 @@ class PackTrainer:
         for _ in range(tr.ppo_epochs):
             perm = torch.stack([torch.randperm(b, generator=g) for g in self.shuffle_gens]) + offset  # [S, B]
             for i in range(tr.num_minibatches):
+                self.phase_boundary()
                 idx = perm[:, i * mb:(i + 1) * mb].reshape(-1).to(tokens.device)  # seed-major rows
                 o = old.select(idx)
                 new = self.train.forward(tokens[idx], pl, o.replay, with_entropy=True)
