@@ -169,7 +169,7 @@ def build_report(
 
 
 def declared_primary(exp: Experiment) -> dict | None:
-    """The primary contrasts a sweep declared for this experiment (tag ``harness.primary``), or None."""
+    """The primary contrasts a sweep declared for this experiment (tag ``primary_contrasts``), or None."""
     import json
 
     from .load import client_for

@@ -2,7 +2,7 @@
 
 A sweep spec's ``primary:`` list (``harness.launch.spec.parse_primary``: pairs of group labels and ordered
 families) is recorded when the sweep submits, before any of its jobs starts: in ``<sweep_dir>/primary.json`` and as
-the MLflow experiment tag ``harness.primary`` (the same JSON: ``{"contrasts": [...], "declared_at_ms": T,
+the MLflow experiment tag ``primary_contrasts`` (the same JSON: ``{"contrasts": [...], "declared_at_ms": T,
 "history": [...]}``). Submitting again with the same list keeps the first declaration time; a changed list is a new
 declaration with its own time, the earlier ones kept in ``history``. ``python -m analysis report`` tests the
 declared contrasts first (Holm among themselves) and calls them *pre-registered* only when the declaration is older

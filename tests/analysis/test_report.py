@@ -130,7 +130,7 @@ def test_palette_is_shared_and_distinct(store):
 
 
 def test_declared_primary_contrasts_are_tested_first_and_called_pre_registered(fresh_store, fast_cfg, tmp_path):
-    """A sweep's declaration (experiment tag harness.primary, harness/launch/primary.py) older than the runs: the
+    """A sweep's declaration (experiment tag primary_contrasts, harness/launch/primary.py) older than the runs: the
     report's primary family holds exactly the declared pair (both endpoints), and its note says pre-registered;
     a declaration newer than the first run is labelled primary, not pre-registered."""
     import json
