@@ -84,8 +84,49 @@ def missing_packages(cfg: RunConfig) -> list[str]:
     return out
 
 
+#: Hugging Face's switches for "no network": set on (or inherited by) nodes that cannot download
+OFFLINE_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+
+def offline_reason() -> str | None:
+    """``HF_HUB_OFFLINE=1`` (or TRANSFORMERS_OFFLINE) where set to a true value here, else None."""
+    for key in OFFLINE_ENV:
+        if os.environ.get(key, "").strip().lower() in ("1", "true", "yes", "on"):
+            return f"{key}={os.environ[key]}"
+    return None
+
+
+def offline_model_problem(path: str, key: str = "model.path") -> str | None:
+    """Why ``path`` cannot be loaded on an offline node (not a local folder while HF_HUB_OFFLINE /
+    TRANSFORMERS_OFFLINE is set), with the fix; None when online or when it is a local folder. A Hub id found
+    in this machine's Hugging Face cache is named with its snapshot folder, the value to set."""
+    reason = offline_reason()
+    expanded = os.path.expanduser(path)
+    if reason is None or os.path.isdir(expanded):
+        return None
+    hint = ""
+    if not path.startswith(("/", ".", "~")) and path.count("/") == 1:
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            hit = try_to_load_from_cache(path, "config.json")
+        except Exception:  # noqa: BLE001  (no hub library, a malformed id: no hint)
+            hit = None
+        if isinstance(hit, str):
+            hint = f" (this machine's Hugging Face cache has it: {key}={os.path.dirname(hit)})"
+    return (f"{path!r} is not a local folder and {reason} is set: the nodes cannot download it; set {key} to the "
+            f"checkpoint's folder on a filesystem the nodes share{hint}, e.g. after `hf download {path} --local-dir "
+            f"<shared>/{os.path.basename(path.rstrip('/'))}` on a machine with network")
+
+
 def preflight(cfg: RunConfig) -> None:
-    """Everything a verl run needs on this machine, checked before an MLflow run or a job exists."""
+    """Everything a verl run needs on this machine, checked before an MLflow run or a job exists.
+
+    A model that an offline node cannot load is bad input (ConfigError naming ``model.path``, exit 2) and is
+    reported first; the rest (packages, GPUs, data) is this machine's (VerlUnavailable)."""
+    model_problem = offline_model_problem(cfg.model.path or "")
+    if model_problem:
+        raise ConfigError("model.path", model_problem)
     problems = []
     missing = missing_packages(cfg)
     if missing:

@@ -275,3 +275,36 @@ def test_cluster_extra_is_declared_and_ci_does_not_install_it():
     assert any(d.startswith("verl[") and d.endswith("==0.9.1") and "vllm" in d for d in deps["cluster"])
     assert {"megatron-core", "transformer-engine[pytorch]"} <= set(deps["cluster"])
     assert "cluster" not in (ROOT / "scripts" / "install.sh").read_text()
+
+
+def test_preflight_refuses_a_hub_id_on_an_offline_node(spec, tmp_path, monkeypatch, capsys):
+    """HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE set: model.path must be a local folder (exit 2 naming model.path,
+    before anything runs); a local folder passes that check, and online a Hub id does."""
+    from harness.backends.verl import runner
+
+    for key in runner.OFFLINE_ENV:
+        monkeypatch.delenv(key, raising=False)
+    hub = spec("estimator=tis", "model=qwen3_30b_a3b")
+    assert hub.model.path == "Qwen/Qwen3-30B-A3B"
+    with pytest.raises(runner.VerlUnavailable):  # online: the machine's problems only (no GPU here)
+        runner.preflight(hub)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    assert runner.offline_model_problem(hub.model.path) is None
+    for key in runner.OFFLINE_ENV:
+        monkeypatch.setenv(key, "1")
+        with pytest.raises(ConfigError) as exc:
+            runner.preflight(hub)
+        assert exc.value.key == "model.path" and f"{key}=1" in str(exc.value) and "local folder" in str(exc.value)
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError, match="model.path: '/nowhere/Qwen3' is not a local folder"):
+        runner.preflight(spec("estimator=tis", "model=qwen3_30b_a3b", "model.path=/nowhere/Qwen3"))
+    (tmp_path / "ckpt").mkdir()
+    with pytest.raises(runner.VerlUnavailable) as exc:  # a local folder: only the machine's problems remain
+        runner.preflight(spec("estimator=tis", "model=qwen3_30b_a3b", f"model.path={tmp_path}/ckpt"))
+    assert "model.path" not in str(exc.value)
+    # the command line: one line naming the key, exit 2, no MLflow store or run folder touched
+    rc, out, err = _run(capsys, "backend=verl", "model=qwen3_30b_a3b", "estimator=tis", *LLM,
+                        f"out_dir={tmp_path}/run", f"tracking.uri=sqlite:///{tmp_path}/m.db")
+    assert rc == 2 and err.startswith("error: model.path: 'Qwen/Qwen3-30B-A3B' is not a local folder")
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "m.db").exists()
