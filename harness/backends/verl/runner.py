@@ -4,8 +4,10 @@ The run folder follows ``harness.record``'s rules (:class:`VerlRecord`): ``run.j
 carry the run's identity; verl's own files there (``mlflow_run_id``, ``git_commit``, ``verl_checkpoints/``)
 belong to the MLflow run ``mlflow_run_id`` names and are resumed only when that run is this spec's in this
 store. Finished (:func:`finished`) = ``summary.json`` is this spec's in this store and names an MLflow run
-FINISHED in this store with this ``spec_sig``: verl ends its MLflow run itself, FINISHED also after a crash
-(``Tracking.finish``/``__del__``), so the store's status alone is not the harness's verdict (exit 0).
+FINISHED in this store with this ``spec_sig`` whose logged steps are the planned run's (1..``trainer.steps``):
+verl ends its MLflow run itself, FINISHED also after a crash (``Tracking.finish``/``__del__``), and carries on
+without MLflow (or drops a step's metrics) when logging fails, so neither the store's status nor verl's exit
+status alone is the harness's verdict. verl exiting 0 with steps missing ends the run FAILED (:func:`train`).
 """
 from __future__ import annotations
 
@@ -239,9 +241,36 @@ def summary(cfg: RunConfig) -> dict[str, Any] | None:
     return data
 
 
+def logged_steps(client, run_id: str) -> list[int]:
+    """The training steps verl logged into the MLflow run (its ``training/global_step`` metric), sorted, once each."""
+    from harness.backends.verl.metrics import STEP_KEY
+
+    return sorted({int(m.step) for m in client.get_metric_history(run_id, STEP_KEY)})
+
+
+def steps_problem(client, run_id: str, planned: int) -> str | None:
+    """Why the MLflow run's logged steps are not verl's whole planned run (steps 1..planned, each logged, the last
+    being ``planned``), else None. verl carries on without MLflow after three failed initialisations and drops a
+    step's metrics after three failed ``log_metrics`` (``verl/utils/tracking.py``): its exit status does not say."""
+    steps = logged_steps(client, run_id)
+    missing = sorted(set(range(1, planned + 1)) - set(steps))
+    last = steps[-1] if steps else None
+    if last == planned and not missing:
+        return None
+    if not steps:
+        got = "no training step"
+    else:
+        shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
+        got = f"steps up to {last}" + (f", {len(missing)} missing ({shown})" if missing else "")
+    return (f"MLflow run {run_id} has {got} of the {planned} planned (trainer.steps): verl's MLflow logging "
+            "failed (its log says 'MLflow initialization attempt' or 'mlflow.log_metrics failed'), or verl stopped "
+            "early")
+
+
 def finished(client, cfg: RunConfig, after_ms: int = 0) -> dict[str, Any] | None:
     """The folder's result if it answers this spec: :func:`summary` names an MLflow run FINISHED in this store
-    (``client``'s) and experiment with this ``spec_sig``, started at or after ``after_ms``; else None."""
+    (``client``'s) and experiment with this ``spec_sig``, started at or after ``after_ms``, whose logged steps are
+    the planned run's (:func:`steps_problem`: the last is ``trainer.steps``, none missing); else None."""
     try:
         data = summary(cfg)
     except RunFolderError:  # unreadable: no answer (train() names the file)
@@ -249,7 +278,9 @@ def finished(client, cfg: RunConfig, after_ms: int = 0) -> dict[str, Any] | None
     run = active_run(client, (data or {}).get("run_id"))
     if run is None or run.info.status != "FINISHED" or run.info.start_time < after_ms:
         return None
-    return data if _spec_of(client, run) == (cfg.signature, cfg.tracking.experiment) else None
+    if _spec_of(client, run) != (cfg.signature, cfg.tracking.experiment):
+        return None
+    return data if steps_problem(client, run.info.run_id, cfg.trainer.steps) is None else None
 
 
 def _tracker(cfg: RunConfig, commit: str, run_id: str | None = None) -> "Tracker":
@@ -312,6 +343,14 @@ def train(cfg: RunConfig, tracker: "Tracker | None" = None, rerun: bool = False,
         tracker.set_tags({"status": "failed"})
         tracker.finish("FAILED")
         raise RuntimeError(f"verl exited with status {proc.returncode} (MLflow run {tracker.run_id})")
+    from harness.tracking import client_for
+
+    problem = steps_problem(client_for(cfg.tracking_uri), tracker.run_id, cfg.trainer.steps)
+    if problem:  # exit 0, but the store does not hold the run: not a result
+        tracker.set_tags({"status": "failed", "failure": "incomplete metrics"})
+        tracker.finish("FAILED")
+        raise RuntimeError(f"verl exited 0 but {problem}; the run ends FAILED. The lost steps cannot be logged "
+                           "again from verl's checkpoints: --rerun trains the run again from scratch")
     tracker.set_tags({"status": "finished"})
     tracker.finish("FINISHED")  # before summary.json names it as this folder's result
     return record.write_summary()

@@ -109,7 +109,15 @@ def cpu_fsdp_engine(monkeypatch):
 
 @pytest.fixture
 def no_hf_network(monkeypatch):
+    """Hugging Face offline for one test. ``datasets``' ``Dataset.map(num_proc=...)`` (verl's RLHFDataset filter)
+    rebinds ``os.environ`` to a snapshot (``os.environ = prev_env``, datasets/arrow_dataset.py), out of
+    monkeypatch's reach: the original mapping is put back first, so the variables do not leak into later tests."""
+    import os
+
+    env = os.environ
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    yield
+    os.environ = env  # then monkeypatch's undo removes the variables from it
 
 

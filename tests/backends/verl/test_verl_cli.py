@@ -203,13 +203,20 @@ def test_train_runs_verl_with_our_mlflow_run_and_resumes_it(spec, tmp_path, monk
     from harness import metrics as M
     from harness.backends.verl import runner
 
-    cfg = spec("estimator=tis", "model=qwen3_30b_a3b", tmp=tmp_path)
+    cfg = spec("estimator=tis", "model=qwen3_30b_a3b", "trainer.steps=3", tmp=tmp_path)
     monkeypatch.setattr(runner, "preflight", lambda cfg: None)  # no GPU/vLLM/data here
     monkeypatch.setattr(translate, "ENTRYPOINT", (str(Path(__file__).with_name("fake_main_ppo.py")),))
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
     monkeypatch.setenv("FAKE_STEPS", "1,2")
-    train(cfg)
+    monkeypatch.setenv("FAKE_EXIT", "1")  # preempted after step 2
+    with pytest.raises(RuntimeError, match="verl exited with status 1"):
+        train(cfg)
     run_id = (cfg.run_dir / runner.RUN_ID_FILE).read_text().strip()
+    # the requeued job resumes the same MLflow run from verl's checkpoint (step 1): step 2 is replayed, not logged twice
+    monkeypatch.setenv("FAKE_STEPS", "2,3")
+    monkeypatch.setenv("FAKE_EXIT", "0")
+    train(cfg)
+    assert (cfg.run_dir / runner.RUN_ID_FILE).read_text().strip() == run_id
     client = MlflowClient(tracking_uri=cfg.tracking_uri)
     run = client.get_run(run_id)
     assert run.data.tags["estimator"] == "tis" and run.data.tags["spec_sig"] == cfg.signature
@@ -217,13 +224,10 @@ def test_train_runs_verl_with_our_mlflow_run_and_resumes_it(spec, tmp_path, monk
         client.get_experiment_by_name(cfg.tracking.experiment).experiment_id
     assert run.data.metrics[M.MISMATCH_K1] == 0.01 and run.data.metrics[M.TOKENS_PER_S] == 4000.0
     assert {a.path for a in client.list_artifacts(run_id)} >= {"spec.yaml", "verl_command.txt"}
-    train(cfg)  # finished: nothing to do
-    # a requeued job (no summary yet) resumes the same MLflow run; steps already logged are skipped
-    (cfg.run_dir / runner.SUMMARY_FILE).unlink()
-    monkeypatch.setenv("FAKE_STEPS", "2,3")
-    train(cfg)
-    assert (cfg.run_dir / runner.RUN_ID_FILE).read_text().strip() == run_id
     assert [m.step for m in client.get_metric_history(run_id, M.REWARD_MEAN)] == [1, 2, 3]
+    assert run.info.status == "FINISHED" and runner.finished(client, cfg) is not None
+    monkeypatch.setenv("FAKE_EXIT", "3")  # would fail if it ran
+    train(cfg)  # finished: nothing to do
     assert len(client.search_runs([run.info.experiment_id])) == 1
 
 
