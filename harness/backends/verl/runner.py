@@ -283,6 +283,38 @@ def finished(client, cfg: RunConfig, after_ms: int = 0) -> dict[str, Any] | None
     return data if steps_problem(client, run.info.run_id, cfg.trainer.steps) is None else None
 
 
+#: verl's checkpoint tracker in ``trainer.default_local_dir`` (``get_checkpoint_tracker_filename``): the step it resumes
+CKPT_TRACKER = "latest_checkpointed_iteration.txt"
+
+
+def prune_checkpoints(run_dir) -> list:
+    """Delete the superseded ``global_step_*`` folders of ``<run_dir>/verl_checkpoints``: every one but the step
+    verl's tracker names (the one ``resume_mode=auto`` resumes). verl's ``max_actor_ckpt_to_keep=1`` only knows the
+    checkpoints its own process saved (``previous_saved_paths`` starts empty), so each requeue leaves the checkpoint
+    it resumed from behind (~400 GB for Qwen3-30B-A3B with Adam states); a folder newer than the tracker is a save
+    cut short. Nothing is deleted without a tracker naming an existing folder. Returns the deleted folders."""
+    import re
+    import shutil
+    from pathlib import Path
+
+    root = Path(run_dir) / translate.CHECKPOINT_DIR
+    try:
+        keep = root / f"global_step_{int((root / CKPT_TRACKER).read_text().strip())}"
+    except (OSError, ValueError):
+        return []
+    if not keep.is_dir():
+        return []
+    gone = []
+    for path in sorted(root.iterdir()):
+        if path.is_dir() and re.fullmatch(r"global_step_\d+", path.name) and path != keep:
+            shutil.rmtree(path)
+            gone.append(path)
+    if gone:
+        print(f"[harness] deleted superseded verl checkpoints {', '.join(p.name for p in gone)} (kept {keep.name})",
+              flush=True)
+    return gone
+
+
 def _tracker(cfg: RunConfig, commit: str, run_id: str | None = None) -> "Tracker":
     """This run's MLflow run: re-attached (``run_id``, the folder's, checked by VerlRecord), else created
     (tags, spec, command)."""
@@ -333,11 +365,14 @@ def train(cfg: RunConfig, tracker: "Tracker | None" = None, rerun: bool = False,
         # a single-node job starts Ray itself: give it the CPUs Slurm allotted, not the node's count
         argv.append(f"ray_kwargs.ray_init.num_cpus={int(os.environ['SLURM_CPUS_PER_TASK'])}")
     print(f"[harness] MLflow run {tracker.run_id}; running: {shlex.join(argv)}", flush=True)
+    prune_checkpoints(cfg.run_dir)  # what earlier attempts left beside the one verl resumes
     try:
         proc = subprocess.run(argv, env={**os.environ, **env})
     except BaseException as exc:  # an interrupt: the run ends KILLED (RunRecord.end), verl resumes it
         record.end(exc)
         raise
+    finally:
+        prune_checkpoints(cfg.run_dir)  # the one verl resumed from, now superseded by its later saves
     # set after verl has exited: its MLflow adapter may have ended the run FINISHED in its teardown
     if proc.returncode != 0:
         tracker.set_tags({"status": "failed"})

@@ -9,6 +9,7 @@ run it was handed, logs its step metric, exits with ``$FAKE_EXIT``), or by ``fak
 """
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -272,3 +273,38 @@ def test_a_finished_run_with_fewer_logged_steps_than_planned_is_not_finished(spe
     assert fake_verl() == [run_id, run_id]  # the same MLflow run, resumed
     assert runner.logged_steps(client, run_id) == [1, 2, 3] and client.get_run(run_id).info.status == "FINISHED"
     assert runner.finished(client, cfg) is not None and finished_in_store(spec_, [run]) == {run.signature}
+
+
+def test_superseded_checkpoints_are_deleted_across_requeues(spec, tmp_path, fake_verl, monkeypatch):
+    """verl keeps max_actor_ckpt_to_keep=1 only among its own process's saves: a requeued job leaves the checkpoint
+    it resumed from. train() deletes every global_step_* folder but the one verl's tracker names, before verl
+    starts (what earlier attempts left) and after it exits (the one it resumed from); without a tracker, nothing."""
+    cfg = spec("estimator=tis", "model=qwen3_30b_a3b", tmp=tmp_path)
+    ckpt = cfg.run_dir / translate.CHECKPOINT_DIR
+    for step in (20, 40, 60):
+        (ckpt / f"global_step_{step}" / "actor").mkdir(parents=True)
+        (ckpt / f"global_step_{step}" / "actor" / "model.pt").write_text("weights")
+    (ckpt / "other_folder").mkdir()
+    assert runner.prune_checkpoints(cfg.run_dir) == []  # no tracker: verl would start over, nothing is ours to judge
+    (ckpt / runner.CKPT_TRACKER).write_text("40\n")  # global_step_60: a save cut short by the preemption
+    monkeypatch.setenv("FAKE_EXIT", "1")  # this attempt is preempted too
+    with pytest.raises(RuntimeError, match="verl exited with status 1"):
+        train(cfg)
+    assert sorted(p.name for p in ckpt.iterdir()) == sorted(["global_step_40", "other_folder", runner.CKPT_TRACKER])
+    assert (ckpt / "global_step_40" / "actor" / "model.pt").read_text() == "weights"
+
+    # the next attempt resumes from 40 and saves 60 (FAKE: made here, as verl would): 40 goes after verl exits
+    monkeypatch.setenv("FAKE_EXIT", "0")
+    real_run = subprocess.run
+
+    def verl_saves_60(argv, **kw):
+        if any(str(a).startswith("trainer.total_training_steps=") for a in argv):  # the verl command only
+            (ckpt / "global_step_60").mkdir(exist_ok=True)
+            (ckpt / runner.CKPT_TRACKER).write_text("60")
+        return real_run(argv, **kw)
+
+    monkeypatch.setattr(runner.subprocess, "run", verl_saves_60)
+    train(cfg)
+    assert sorted(p.name for p in ckpt.iterdir()) == sorted(["global_step_60", "other_folder", runner.CKPT_TRACKER])
+    (ckpt / runner.CKPT_TRACKER).write_text("80")  # names a folder that is not there: nothing deleted
+    assert runner.prune_checkpoints(cfg.run_dir) == [] and (ckpt / "global_step_60").is_dir()
