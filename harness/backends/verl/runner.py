@@ -67,6 +67,37 @@ PACKAGES_BY_STRATEGY = {
 }
 
 
+#: distributions whose version the harness is built against (docs/verl.md, "Container route"): (distribution,
+#: version, why). Compared on the release (2.11.0+cu130 is 2.11.0): verl's config keys, trainer steps and loss
+#: signatures (translate.py, plugins/) are 0.9.1's; vLLM's prompt-logprob layout and AsyncLLM are 0.24.0's (verl 0.9.1
+#: pins it); torch is the one vLLM 0.24.0's compiled extensions are built for.
+REQUIRED_VERSIONS = (("verl", "0.9.1", "translate.py and plugins/ target its config and code"),
+                     ("vllm", "0.24.0", "what verl 0.9.1 pins"),
+                     ("torch", "2.11.0", "what vLLM 0.24.0's compiled extensions are built for"))
+
+
+def version_problems() -> list[str]:
+    """``<dist> <found> is installed, the harness needs <dist>==<want> (why)`` for every distribution of
+    ``REQUIRED_VERSIONS`` present at another release (an absent one is named by the package checks)."""
+    from importlib import metadata
+
+    from packaging.version import InvalidVersion, Version
+
+    out = []
+    for dist, want, why in REQUIRED_VERSIONS:
+        try:
+            found = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+        try:
+            same = Version(found).release == Version(want).release
+        except InvalidVersion:
+            same = False
+        if not same:
+            out.append(f"{dist} {found} is installed, the harness needs {dist}=={want} ({why})")
+    return out
+
+
 def required_packages(cfg: RunConfig) -> list[tuple[str, str, str]]:
     """(module, distribution, why) of every package the spec's verl path imports (not vLLM's own deps)."""
     return [*PACKAGES_ALWAYS, *PACKAGES_BY_STRATEGY[cfg.verl.strategy]]
@@ -133,7 +164,11 @@ def preflight(cfg: RunConfig) -> None:
     missing = missing_packages(cfg)
     if missing:
         problems.append(f"verl's {cfg.verl.trainer} trainer with verl.strategy={cfg.verl.strategy} needs "
-                        f"{', '.join(missing)}: pip install -e '.[cluster]'")
+                        f"{', '.join(missing)}: pip install -e '.[cluster]', or verl's image (docs/verl.md, "
+                        "'Container route')")
+    versions = version_problems()
+    if versions:
+        problems.append("; ".join(versions) + " (docs/verl.md, 'Container route')")
     try:
         import vllm  # noqa: F401
     except Exception as exc:  # noqa: BLE001  (ImportError, or a CUDA/driver error at import)

@@ -276,9 +276,36 @@ def test_cluster_extra_is_declared_and_ci_does_not_install_it():
     import tomllib
 
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert any(d.startswith("verl[") and d.endswith("==0.9.1") and "vllm" in d for d in deps["cluster"])
-    assert {"megatron-core", "transformer-engine[pytorch]"} <= set(deps["cluster"])
+    assert deps["cluster"] == ["verl[vllm,fsdp]==0.9.1"]  # the Megatron stack comes from verl's image
+    assert not any("megatron" in d or "transformer-engine" in d for d in deps["cluster"])
     assert "cluster" not in (ROOT / "scripts" / "install.sh").read_text()
+
+
+def test_preflight_checks_the_versions_it_is_built_against(spec, monkeypatch):
+    """verl 0.9.1, vLLM 0.24.0, torch 2.11 (a local build tag such as +cu130 is the same release): another release
+    is named with the one needed; an absent distribution is left to the package checks."""
+    from importlib import metadata
+
+    from harness.backends.verl import runner
+
+    installed = {"verl": "0.9.1", "vllm": "0.24.0", "torch": "2.11.0+cu130"}
+
+    def version(dist):
+        if dist not in installed:
+            raise metadata.PackageNotFoundError(dist)
+        return installed[dist]
+
+    monkeypatch.setattr(metadata, "version", version)
+    assert runner.version_problems() == []
+    installed.update(verl="0.9.2", torch="2.13.0")
+    del installed["vllm"]
+    assert runner.version_problems() == [
+        "verl 0.9.2 is installed, the harness needs verl==0.9.1 (translate.py and plugins/ target its config and code)",
+        "torch 2.13.0 is installed, the harness needs torch==2.11.0 (what vLLM 0.24.0's compiled extensions are "
+        "built for)"]
+    with pytest.raises(runner.VerlUnavailable, match=r"verl 0\.9\.2 is installed, the harness needs verl==0\.9\.1.*"
+                                                     r"Container route"):
+        runner.preflight(spec("estimator=tis", "model=qwen3_4b"))
 
 
 def test_preflight_refuses_a_hub_id_on_an_offline_node(spec, tmp_path, monkeypatch, capsys):
