@@ -1,6 +1,7 @@
 """How much do mean_n's vLLM re-scoring passes differ? (``make verl-pass-variance``; GPU + vLLM, not CI)
 
-Not run by the project yet (written without a GPU). It drives vLLM's AsyncLLM through the same
+Not run on a GPU by the project yet; on CPU it runs end to end with a tiny random model and a fake of vLLM's
+AsyncLLM (``tests/backends/verl/test_verl_scripts.py``). It drives vLLM's AsyncLLM through the same
 ``score_response`` the ``harness_mean_n`` agent loop uses (plugins/mean_n.py), with verl's
 ``prompt_logprobs`` layout, and compares two ways of issuing the n passes of a response:
 
@@ -62,31 +63,58 @@ class AsyncLLMScorer:
 
 
 def spread(scores) -> dict:
-    """scores: list of [n, R] tensors -> pass-to-pass statistics over all tokens."""
+    """scores: list of [n, R] tensors -> pass-to-pass statistics over all tokens (None where no token)."""
     import torch
 
     std = torch.cat([s.std(0) for s in scores])
     same = torch.cat([(s == s[0]).all(0) for s in scores]).float()
+    if std.numel() == 0:  # every response empty (EOS first): nothing to compare
+        return {"tokens": 0, "std_mean": None, "std_max": None, "identical_frac": None}
     return {"tokens": int(std.numel()), "std_mean": float(std.mean()), "std_max": float(std.max()),
             "identical_frac": float(same.mean())}
 
 
+def chat_prompt_ids(tok, text: str) -> list[int]:
+    """The token ids of one user turn + the generation prompt, as verl's dataset builds prompts (Qwen3:
+    thinking off, as the presets' ``chat_template_kwargs``). transformers 5's ``apply_chat_template(...,
+    tokenize=True)`` returns a BatchEncoding (a mapping), 4's a list: both give a flat list of ints here."""
+    out = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True,
+                                  enable_thinking=False)
+    ids = out["input_ids"] if hasattr(out, "keys") else out
+    if ids and isinstance(ids[0], (list, tuple)):  # a batch of one
+        ids = ids[0]
+    return [int(i) for i in ids]
+
+
+def prompt_text(i: int) -> str:
+    return f"Sort these digits: {' '.join(str((i * 7 + j) % 10) for j in range(6))}"
+
+
 async def run(args) -> dict:
-    import torch
     from transformers import AutoTokenizer
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    from harness.backends.verl.plugins import mean_n
-
     tok = AutoTokenizer.from_pretrained(args.model)
+    prompts = [chat_prompt_ids(tok, prompt_text(i)) for i in range(args.responses)]
     engine = AsyncLLM.from_engine_args(AsyncEngineArgs(model=args.model, tensor_parallel_size=args.tp,
                                                        gpu_memory_utilization=args.gpu_memory_utilization))
-    scorer = AsyncLLMScorer(engine)
-    prompts = [tok.apply_chat_template([{"role": "user", "content": f"Sort these digits: {' '.join(str((i * 7 + j) % 10) for j in range(6))}"}],
-                                       add_generation_prompt=True, tokenize=True) for i in range(args.responses)]
+    try:
+        return await measure(args, AsyncLLMScorer(engine), prompts)
+    finally:
+        if hasattr(engine, "shutdown"):
+            engine.shutdown()
+
+
+async def measure(args, scorer: AsyncLLMScorer, prompts: list[list[int]]) -> dict:
+    import os
+
+    import torch
+
+    from harness.backends.verl.plugins import mean_n
+
     responses = await asyncio.gather(*(scorer.sample(list(p), args.max_tokens, i) for i, p in enumerate(prompts)))
-    out = {"model": args.model, "tp": args.tp, "n": args.n, "vllm_batch_invariant": __import__("os").environ.get("VLLM_BATCH_INVARIANT", "0")}
+    out = {"model": args.model, "tp": args.tp, "n": args.n, "vllm_batch_invariant": os.environ.get("VLLM_BATCH_INVARIANT", "0")}
 
     async def concurrent(p, r):
         passes = await asyncio.gather(*(mean_n.score_response(scorer, p, r, 1) for _ in range(args.n)))
@@ -119,6 +147,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--background", type=int, default=64, help="sampling requests kept in flight while scoring")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.8)
     args = ap.parse_args(argv)
+    for key, value, low in (("--n", args.n, 2), ("--tp", args.tp, 1), ("--responses", args.responses, 1),
+                            ("--max-tokens", args.max_tokens, 1), ("--background", args.background, 0)):
+        if value < low:
+            print(f"error: {key}: must be >= {low}, got {value} (--n: a spread needs two passes)", file=sys.stderr)
+            return 2
+    from harness.backends.verl.runner import offline_model_problem
+
+    problem = offline_model_problem(args.model, "--model")
+    if problem:
+        print(f"error: --model: {problem}", file=sys.stderr)
+        return 2
     try:
         import vllm  # noqa: F401
     except ImportError as exc:

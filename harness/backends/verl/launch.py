@@ -33,9 +33,15 @@ from harness.backends.verl.config import validate
 from harness.config import ROOT, RunConfig
 
 SPEC_FILE = "spec.json"
-DONE_FILE = "verl_done"
+DONE_FILE = "verl_done"  # {"job": ..., "ok": bool}: the head's last word to the workers of this job
+HEAD_FILE = "ray_head.json"  # {"job": ..., "address": "ip:port"}: where this job's Ray head listens
 RAY_PORT = 6379
 NODES_TIMEOUT_S = 900
+#: a worker retries joining the head (``ray start --address``) until this long after its own start
+JOIN_TIMEOUT_S = NODES_TIMEOUT_S
+JOIN_BACKOFF_S = (2.0, 30.0)  # first wait between tries, doubling up to the second
+POLL_S = 10.0  # a joined worker checks for the head's last word / the head's health this often
+HEAD_LOST_AFTER = 3  # failed health checks in a row: the head is gone
 
 
 @dataclass
@@ -176,6 +182,120 @@ def _node_rank() -> int:
     return 0
 
 
+def _job_key() -> str:
+    """This job attempt: the Slurm job id and its restart count (a requeued job is a new attempt)."""
+    return f"{os.environ.get('SLURM_JOB_ID', 'local')}.{os.environ.get('SLURM_RESTART_COUNT', '0')}"
+
+
+def _usable(address: str) -> bool:
+    import ipaddress
+
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return ip.version == 4 and not (ip.is_loopback or ip.is_link_local or ip.is_unspecified)
+
+
+def routable_ip() -> str:
+    """This node's first routable IPv4 address, as ``slurm/ray_multinode.sbatch`` finds it (``hostname -I``): not
+    ``socket.gethostbyname(hostname)``, which is 127.0.1.1 on Debian-style ``/etc/hosts``. Fallbacks: the
+    addresses the hostname resolves to, minus loopback; then the source address of a route (a UDP socket's
+    ``connect`` sends nothing)."""
+    try:
+        out = subprocess.run(["hostname", "-I"], capture_output=True, text=True, timeout=10).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        out = []
+    try:
+        out += socket.gethostbyname_ex(socket.gethostname())[2]
+    except OSError:
+        pass
+    for address in out:
+        if _usable(address):
+            return address
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))
+            address = s.getsockname()[0]
+        if _usable(address):
+            return address
+    except OSError:
+        pass
+    raise RuntimeError(f"no routable IPv4 address on {socket.gethostname()} (hostname -I: {' '.join(out) or 'nothing'}): "
+                       "the other nodes could not reach a Ray head here")
+
+
+def _read_marker(path: Path, job: str) -> dict[str, Any] | None:
+    """A marker file of this job attempt (``HEAD_FILE``, ``DONE_FILE``), else None (absent, partial, stale)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("job") == job else None
+
+
+def _write_marker(path: Path, **data: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data) + "\n")
+    tmp.replace(path)  # atomic: a worker never reads half of it
+
+
+def join_cluster(run_dir: Path, job: str, res: list[str], timeout_s: float | None = None,
+                 backoff_s: tuple[float, float] | None = None, sleep=time.sleep, clock=time.monotonic) -> str:
+    """A worker node: wait for this job's head to announce its address (``HEAD_FILE``) and join it with ``ray
+    start --address`` (not blocking), trying again with a doubling wait until ``timeout_s`` after the call: a
+    worker may start before the head, or before the head's GCS answers. Returns the head's address."""
+    timeout_s = float(os.environ.get("HARNESS_RAY_JOIN_TIMEOUT_S", JOIN_TIMEOUT_S)) if timeout_s is None else timeout_s
+    wait, most = backoff_s or (float(os.environ.get("HARNESS_RAY_JOIN_BACKOFF_S", JOIN_BACKOFF_S[0])), JOIN_BACKOFF_S[1])
+    deadline, tries, last = clock() + timeout_s, 0, "the head has not announced its address yet"
+    print(f"[harness] waiting for the Ray head of job {job} ({run_dir / HEAD_FILE}), up to {timeout_s:.0f} s",
+          flush=True)
+    while True:
+        head = _read_marker(run_dir / HEAD_FILE, job)
+        if head is not None:
+            tries += 1
+            try:
+                proc = subprocess.run(["ray", "start", f"--address={head['address']}", *res], capture_output=True,
+                                      text=True, timeout=max(60.0, min(300.0, deadline - clock())))
+                if proc.returncode == 0:
+                    print(f"[harness] joined the Ray head at {head['address']} (try {tries})", flush=True)
+                    return head["address"]
+                tail = (proc.stderr or proc.stdout or "").strip().splitlines()
+                last = f"ray start --address={head['address']} exited {proc.returncode}: {tail[-1] if tail else ''}"
+            except subprocess.TimeoutExpired:
+                last = f"ray start --address={head['address']} did not return"
+            subprocess.run(["ray", "stop", "--force"], capture_output=True, check=False)  # a half-started raylet
+        if clock() + wait > deadline:
+            raise RuntimeError(f"this worker could not join the Ray head within {timeout_s:.0f} s ({tries} tries; "
+                               f"last: {last}); HARNESS_RAY_JOIN_TIMEOUT_S sets the limit")
+        sleep(wait)
+        wait = min(2 * wait, most)
+
+
+def _head_alive(address: str) -> bool:
+    try:
+        return subprocess.run(["ray", "health-check", f"--address={address}"], capture_output=True,
+                              timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def serve_until_done(run_dir: Path, job: str, address: str, poll_s: float | None = None, sleep=time.sleep) -> bool:
+    """A joined worker: wait for the head's last word (``DONE_FILE``); True when the run succeeded. Raises when
+    the head stops answering ``HEAD_LOST_AFTER`` health checks in a row without a word (it was killed)."""
+    poll_s = float(os.environ.get("HARNESS_RAY_POLL_S", POLL_S)) if poll_s is None else poll_s
+    lost = 0
+    while True:
+        done = _read_marker(run_dir / DONE_FILE, job)
+        if done is not None:
+            return bool(done.get("ok"))
+        lost = 0 if _head_alive(address) else lost + 1
+        if lost >= HEAD_LOST_AFTER:
+            raise RuntimeError(f"the Ray head at {address} stopped answering before the verl run finished "
+                               "(see the head node's log)")
+        sleep(poll_s)
+
+
 def _wait_for_nodes(address: str, n: int, timeout_s: float = NODES_TIMEOUT_S) -> None:
     import ray
 
@@ -195,12 +315,16 @@ def _wait_for_nodes(address: str, n: int, timeout_s: float = NODES_TIMEOUT_S) ->
 
 def node_main(cfg: RunConfig, port: int | None = None) -> dict[str, Any]:
     """Run on each node of the allocation: head (rank 0) starts Ray and the verl driver, others join.
-    Returns the run's summary on the head node, ``{"node": rank}`` on the others."""
+    Returns the run's summary on the head node, ``{"node": rank}`` on the others.
+
+    The head listens on its routable address (:func:`routable_ip`) and announces it in ``<run_dir>/HEAD_FILE``
+    (the run folder is on the filesystem every node reads the spec from); workers, which may start first, join
+    it with retries (:func:`join_cluster`) and leave when the head writes its last word (``DONE_FILE``). Both
+    files carry the job attempt (:func:`_job_key`), so a requeued job never reads the previous attempt's."""
     from harness.backends.verl import train
     from harness.backends.verl.runner import summary
 
     v = cfg.verl
-    done = cfg.run_dir / DONE_FILE
     if v.nnodes == 1:
         train(cfg)
         return summary(cfg) or {}
@@ -208,31 +332,35 @@ def node_main(cfg: RunConfig, port: int | None = None) -> dict[str, Any]:
     hosts = _hostnames()
     if len(hosts) < v.nnodes:
         raise RuntimeError(f"the allocation has {len(hosts)} nodes, the spec asks for verl.nnodes={v.nnodes}")
-    head_ip = socket.gethostbyname(hosts[0])
     from harness.backends.verl.translate import environment
 
     os.environ.update(environment(cfg))  # inherited by the raylets, hence by every Ray worker
-    address = f"{head_ip}:{port}"
     res = ["--num-gpus", str(v.gpus_per_node), "--disable-usage-stats"]
-    if _node_rank() == 0:
-        done.unlink(missing_ok=True)
-        subprocess.run(["ray", "start", "--head", f"--node-ip-address={head_ip}", f"--port={port}",
-                        "--include-dashboard=false", *res], check=True)
+    job, run_dir, rank = _job_key(), cfg.run_dir, _node_rank()
+    if rank == 0:
+        head_ip = routable_ip()
+        address = f"{head_ip}:{port}"
+        ok = False
         try:
+            subprocess.run(["ray", "start", "--head", f"--node-ip-address={head_ip}", f"--port={port}",
+                            "--include-dashboard=false", *res], check=True)
+            _write_marker(run_dir / HEAD_FILE, job=job, address=address, host=hosts[0])
             _wait_for_nodes(address, v.nnodes)
             os.environ["RAY_ADDRESS"] = address  # main_ppo's ray.init() joins this cluster
             train(cfg)
-            done.write_text("ok\n")
+            ok = True
         finally:
+            _write_marker(run_dir / DONE_FILE, job=job, ok=ok)
             subprocess.run(["ray", "stop", "--force"], check=False)
         return summary(cfg) or {}
-    # worker: block in the Ray worker until the head stops the cluster
-    subprocess.run(["ray", "start", f"--address={address}", *res, "--block"], check=False)
-    for _ in range(30):  # the head writes the marker right before stopping Ray
-        if done.exists():
-            return {"node": _node_rank()}
-        time.sleep(2)
-    raise RuntimeError("the Ray head stopped before the verl run finished (see the head node's log)")
+    address = join_cluster(run_dir, job, res)
+    try:
+        ok = serve_until_done(run_dir, job, address)
+    finally:
+        subprocess.run(["ray", "stop", "--force"], check=False)
+    if not ok:
+        raise RuntimeError("the verl run on the head node failed (see the head node's log)")
+    return {"node": rank}
 
 
 def main(argv: list[str] | None = None) -> int:

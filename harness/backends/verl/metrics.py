@@ -45,6 +45,10 @@ from typing import Any, Mapping
 from harness import estimators
 from harness import metrics as M
 
+#: the metric verl's trainer logs at every training step (``ray_trainer.fit``: the step number itself); its history
+#: is which steps reached the MLflow run
+STEP_KEY = "training/global_step"
+
 ALWAYS = {
     "critic/score/mean": M.REWARD_MEAN,
     "actor/pg_loss": M.POLICY_LOSS,

@@ -4,8 +4,10 @@ The run folder follows ``harness.record``'s rules (:class:`VerlRecord`): ``run.j
 carry the run's identity; verl's own files there (``mlflow_run_id``, ``git_commit``, ``verl_checkpoints/``)
 belong to the MLflow run ``mlflow_run_id`` names and are resumed only when that run is this spec's in this
 store. Finished (:func:`finished`) = ``summary.json`` is this spec's in this store and names an MLflow run
-FINISHED in this store with this ``spec_sig``: verl ends its MLflow run itself, FINISHED also after a crash
-(``Tracking.finish``/``__del__``), so the store's status alone is not the harness's verdict (exit 0).
+FINISHED in this store with this ``spec_sig`` whose logged steps are the planned run's (1..``trainer.steps``):
+verl ends its MLflow run itself, FINISHED also after a crash (``Tracking.finish``/``__del__``), and carries on
+without MLflow (or drops a step's metrics) when logging fails, so neither the store's status nor verl's exit
+status alone is the harness's verdict. verl exiting 0 with steps missing ends the run FAILED (:func:`train`).
 """
 from __future__ import annotations
 
@@ -66,6 +68,37 @@ PACKAGES_BY_STRATEGY = {
 }
 
 
+#: distributions whose version the harness is built against (docs/verl.md, "Container route"): (distribution,
+#: version, why). Compared on the release (2.11.0+cu130 is 2.11.0): verl's config keys, trainer steps and loss
+#: signatures (translate.py, plugins/) are 0.9.1's; vLLM's prompt-logprob layout and AsyncLLM are 0.24.0's (verl 0.9.1
+#: pins it); torch is the one vLLM 0.24.0's compiled extensions are built for.
+REQUIRED_VERSIONS = (("verl", "0.9.1", "translate.py and plugins/ target its config and code"),
+                     ("vllm", "0.24.0", "what verl 0.9.1 pins"),
+                     ("torch", "2.11.0", "what vLLM 0.24.0's compiled extensions are built for"))
+
+
+def version_problems() -> list[str]:
+    """``<dist> <found> is installed, the harness needs <dist>==<want> (why)`` for every distribution of
+    ``REQUIRED_VERSIONS`` present at another release (an absent one is named by the package checks)."""
+    from importlib import metadata
+
+    from packaging.version import InvalidVersion, Version
+
+    out = []
+    for dist, want, why in REQUIRED_VERSIONS:
+        try:
+            found = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+        try:
+            same = Version(found).release == Version(want).release
+        except InvalidVersion:
+            same = False
+        if not same:
+            out.append(f"{dist} {found} is installed, the harness needs {dist}=={want} ({why})")
+    return out
+
+
 def required_packages(cfg: RunConfig) -> list[tuple[str, str, str]]:
     """(module, distribution, why) of every package the spec's verl path imports (not vLLM's own deps)."""
     return [*PACKAGES_ALWAYS, *PACKAGES_BY_STRATEGY[cfg.verl.strategy]]
@@ -85,13 +118,58 @@ def missing_packages(cfg: RunConfig) -> list[str]:
     return out
 
 
+#: Hugging Face's switches for "no network": set on (or inherited by) nodes that cannot download
+OFFLINE_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+
+def offline_reason() -> str | None:
+    """``HF_HUB_OFFLINE=1`` (or TRANSFORMERS_OFFLINE) where set to a true value here, else None."""
+    for key in OFFLINE_ENV:
+        if os.environ.get(key, "").strip().lower() in ("1", "true", "yes", "on"):
+            return f"{key}={os.environ[key]}"
+    return None
+
+
+def offline_model_problem(path: str, key: str = "model.path") -> str | None:
+    """Why ``path`` cannot be loaded on an offline node (not a local folder while HF_HUB_OFFLINE /
+    TRANSFORMERS_OFFLINE is set), with the fix; None when online or when it is a local folder. A Hub id found
+    in this machine's Hugging Face cache is named with its snapshot folder, the value to set."""
+    reason = offline_reason()
+    expanded = os.path.expanduser(path)
+    if reason is None or os.path.isdir(expanded):
+        return None
+    hint = ""
+    if not path.startswith(("/", ".", "~")) and path.count("/") == 1:
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            hit = try_to_load_from_cache(path, "config.json")
+        except Exception:  # noqa: BLE001  (no hub library, a malformed id: no hint)
+            hit = None
+        if isinstance(hit, str):
+            hint = f" (this machine's Hugging Face cache has it: {key}={os.path.dirname(hit)})"
+    return (f"{path!r} is not a local folder and {reason} is set: the nodes cannot download it; set {key} to the "
+            f"checkpoint's folder on a filesystem the nodes share{hint}, e.g. after `hf download {path} --local-dir "
+            f"<shared>/{os.path.basename(path.rstrip('/'))}` on a machine with network")
+
+
 def preflight(cfg: RunConfig) -> None:
-    """Everything a verl run needs on this machine, checked before an MLflow run or a job exists."""
+    """Everything a verl run needs on this machine, checked before an MLflow run or a job exists.
+
+    A model that an offline node cannot load is bad input (ConfigError naming ``model.path``, exit 2) and is
+    reported first; the rest (packages, GPUs, data) is this machine's (VerlUnavailable)."""
+    model_problem = offline_model_problem(cfg.model.path or "")
+    if model_problem:
+        raise ConfigError("model.path", model_problem)
     problems = []
     missing = missing_packages(cfg)
     if missing:
         problems.append(f"verl's {cfg.verl.trainer} trainer with verl.strategy={cfg.verl.strategy} needs "
-                        f"{', '.join(missing)}: pip install -e '.[cluster]'")
+                        f"{', '.join(missing)}: pip install -e '.[cluster]', or verl's image (docs/verl.md, "
+                        "'Container route')")
+    versions = version_problems()
+    if versions:
+        problems.append("; ".join(versions) + " (docs/verl.md, 'Container route')")
     try:
         import vllm  # noqa: F401
     except Exception as exc:  # noqa: BLE001  (ImportError, or a CUDA/driver error at import)
@@ -206,9 +284,36 @@ def summary(cfg: RunConfig) -> dict[str, Any] | None:
     return data
 
 
+def logged_steps(client, run_id: str) -> list[int]:
+    """The training steps verl logged into the MLflow run (its ``training/global_step`` metric), sorted, once each."""
+    from harness.backends.verl.metrics import STEP_KEY
+
+    return sorted({int(m.step) for m in client.get_metric_history(run_id, STEP_KEY)})
+
+
+def steps_problem(client, run_id: str, planned: int) -> str | None:
+    """Why the MLflow run's logged steps are not verl's whole planned run (steps 1..planned, each logged, the last
+    being ``planned``), else None. verl carries on without MLflow after three failed initialisations and drops a
+    step's metrics after three failed ``log_metrics`` (``verl/utils/tracking.py``): its exit status does not say."""
+    steps = logged_steps(client, run_id)
+    missing = sorted(set(range(1, planned + 1)) - set(steps))
+    last = steps[-1] if steps else None
+    if last == planned and not missing:
+        return None
+    if not steps:
+        got = "no training step"
+    else:
+        shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
+        got = f"steps up to {last}" + (f", {len(missing)} missing ({shown})" if missing else "")
+    return (f"MLflow run {run_id} has {got} of the {planned} planned (trainer.steps): verl's MLflow logging "
+            "failed (its log says 'MLflow initialization attempt' or 'mlflow.log_metrics failed'), or verl stopped "
+            "early")
+
+
 def finished(client, cfg: RunConfig, after_ms: int = 0) -> dict[str, Any] | None:
     """The folder's result if it answers this spec: :func:`summary` names an MLflow run FINISHED in this store
-    (``client``'s) and experiment with this ``spec_sig``, started at or after ``after_ms``; else None."""
+    (``client``'s) and experiment with this ``spec_sig``, started at or after ``after_ms``, whose logged steps are
+    the planned run's (:func:`steps_problem`: the last is ``trainer.steps``, none missing); else None."""
     try:
         data = summary(cfg)
     except RunFolderError:  # unreadable: no answer (train() names the file)
@@ -216,7 +321,41 @@ def finished(client, cfg: RunConfig, after_ms: int = 0) -> dict[str, Any] | None
     run = active_run(client, (data or {}).get("run_id"))
     if run is None or run.info.status != "FINISHED" or run.info.start_time < after_ms:
         return None
-    return data if _spec_of(client, run) == (cfg.signature, cfg.tracking.experiment) else None
+    if _spec_of(client, run) != (cfg.signature, cfg.tracking.experiment):
+        return None
+    return data if steps_problem(client, run.info.run_id, cfg.trainer.steps) is None else None
+
+
+#: verl's checkpoint tracker in ``trainer.default_local_dir`` (``get_checkpoint_tracker_filename``): the step it resumes
+CKPT_TRACKER = "latest_checkpointed_iteration.txt"
+
+
+def prune_checkpoints(run_dir) -> list:
+    """Delete the superseded ``global_step_*`` folders of ``<run_dir>/verl_checkpoints``: every one but the step
+    verl's tracker names (the one ``resume_mode=auto`` resumes). verl's ``max_actor_ckpt_to_keep=1`` only knows the
+    checkpoints its own process saved (``previous_saved_paths`` starts empty), so each requeue leaves the checkpoint
+    it resumed from behind (~400 GB for Qwen3-30B-A3B with Adam states); a folder newer than the tracker is a save
+    cut short. Nothing is deleted without a tracker naming an existing folder. Returns the deleted folders."""
+    import re
+    import shutil
+    from pathlib import Path
+
+    root = Path(run_dir) / translate.CHECKPOINT_DIR
+    try:
+        keep = root / f"global_step_{int((root / CKPT_TRACKER).read_text().strip())}"
+    except (OSError, ValueError):
+        return []
+    if not keep.is_dir():
+        return []
+    gone = []
+    for path in sorted(root.iterdir()):
+        if path.is_dir() and re.fullmatch(r"global_step_\d+", path.name) and path != keep:
+            shutil.rmtree(path)
+            gone.append(path)
+    if gone:
+        print(f"[harness] deleted superseded verl checkpoints {', '.join(p.name for p in gone)} (kept {keep.name})",
+              flush=True)
+    return gone
 
 
 def _tracker(cfg: RunConfig, commit: str, run_id: str | None = None) -> "Tracker":
@@ -269,16 +408,27 @@ def train(cfg: RunConfig, tracker: "Tracker | None" = None, rerun: bool = False,
         # a single-node job starts Ray itself: give it the CPUs Slurm allotted, not the node's count
         argv.append(f"ray_kwargs.ray_init.num_cpus={int(os.environ['SLURM_CPUS_PER_TASK'])}")
     print(f"[harness] MLflow run {tracker.run_id}; running: {shown(cfg, argv)}", flush=True)
+    prune_checkpoints(cfg.run_dir)  # what earlier attempts left beside the one verl resumes
     try:
         proc = subprocess.run(argv, env={**os.environ, **env})
     except BaseException as exc:  # an interrupt: the run ends KILLED (RunRecord.end), verl resumes it
         record.end(exc)
         raise
+    finally:
+        prune_checkpoints(cfg.run_dir)  # the one verl resumed from, now superseded by its later saves
     # set after verl has exited: its MLflow adapter may have ended the run FINISHED in its teardown
     if proc.returncode != 0:
         tracker.set_tags({"status": "failed"})
         tracker.finish("FAILED")
         raise RuntimeError(f"verl exited with status {proc.returncode} (MLflow run {tracker.run_id})")
+    from harness.tracking import client_for
+
+    problem = steps_problem(client_for(cfg.tracking_uri), tracker.run_id, cfg.trainer.steps)
+    if problem:  # exit 0, but the store does not hold the run: not a result
+        tracker.set_tags({"status": "failed", "failure": "incomplete metrics"})
+        tracker.finish("FAILED")
+        raise RuntimeError(f"verl exited 0 but {problem}; the run ends FAILED. The lost steps cannot be logged "
+                           "again from verl's checkpoints: --rerun trains the run again from scratch")
     tracker.set_tags({"status": "finished"})
     tracker.finish("FINISHED")  # before summary.json names it as this folder's result
     return record.write_summary()

@@ -66,8 +66,58 @@ def tiny_hf_model(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
+def process_group(tmp_path):
+    """A one-process gloo group: verl's engine all-reduces token counts over its data-parallel group."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.fixture
+def cpu_fsdp_engine(monkeypatch):
+    """``cpu_fsdp_engine(model)`` -> verl's ``FSDPEngineWithLMHead`` around an HF model, on CPU, with our RAIS
+    patch installed (active only with HARNESS_RAIS=1). What cannot run here is replaced, named: the object is
+    made without ``__init__`` (no FSDP wrapping; use with ``process_group``), and verl's device lookups answer
+    "cpu" (verl has no CPU platform). Its ``forward_step``, ``forward_backward_batch``, ``infer_batch`` are verl's."""
+    import sys
+
+    import torch
+    import verl.workers.engine.fsdp.transformer_impl as ti
+
+    from harness.backends.verl.plugins import rais_fsdp
+
+    rais_fsdp.install()
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("verl.") and mod is not None:
+            for fn in ("get_device_id", "get_device_name"):
+                if callable(getattr(mod, fn, None)):
+                    monkeypatch.setattr(mod, fn, lambda: "cpu")
+
+    def make(model):
+        eng = object.__new__(ti.FSDPEngineWithLMHead)
+        eng.module, eng.pad_to_length, eng.use_ulysses_sp, eng.ulysses_sequence_parallel_size = model, False, False, 1
+        eng._autocast_dtype, eng.pass_packed_cu_seqlens, eng.ulysses_device_mesh = torch.float32, False, None
+        eng.engine_config = type("EngineCfg", (), {"entropy_checkpointing": False, "entropy_from_logits_with_chunking": False,
+                                                   "forward_only": False, "fsdp_size": 1})
+        eng.optimizer, eng.ulysses_parallel_group, eng._is_offload_param, eng._is_offload_optimizer = None, None, False, False
+        return eng
+
+    return make
+
+
+@pytest.fixture
 def no_hf_network(monkeypatch):
+    """Hugging Face offline for one test. ``datasets``' ``Dataset.map(num_proc=...)`` (verl's RLHFDataset filter)
+    rebinds ``os.environ`` to a snapshot (``os.environ = prev_env``, datasets/arrow_dataset.py), out of
+    monkeypatch's reach: the original mapping is put back first, so the variables do not leak into later tests."""
+    import os
+
+    env = os.environ
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    yield
+    os.environ = env  # then monkeypatch's undo removes the variables from it
 
 

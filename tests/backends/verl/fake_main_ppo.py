@@ -2,7 +2,7 @@
 workers). It does what main_ppo does before that, with verl's own code: Hydra-composes verl's
 ``ppo_trainer.yaml`` with the argv overrides and runs ``validate_config``; then, in place of the
 training loop, verl's own ``Tracking`` (as the legacy trainer's ``fit`` builds it) logs made-up steps.
-FAKE_STEPS (env) lists the steps to log, e.g. "1,2"; FAKE_EXIT (env) the exit status after ``tracking.finish()``
+FAKE_STEPS (env) lists the steps to log, e.g. "1,2" (default: 1 .. trainer.total_training_steps, a whole run); FAKE_EXIT (env) the exit status after ``tracking.finish()``
 (a crash in verl's teardown: its MLflow run is already ended FINISHED).
 """
 import os
@@ -28,7 +28,8 @@ with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer/
 validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
 tracking = Tracking(project_name=config.trainer.project_name, experiment_name=config.trainer.experiment_name,
                     default_backend=list(config.trainer.logger), config=OmegaConf.to_container(config, resolve=True))
-for step in [int(s) for s in os.environ.get("FAKE_STEPS", "1").split(",")]:
+steps = os.environ.get("FAKE_STEPS") or ",".join(map(str, range(1, config.trainer.total_training_steps + 1)))
+for step in [int(s) for s in steps.split(",")]:
     tracking.log({"training/global_step": step, "critic/score/mean": 0.1 * step, "rollout_corr/kl": 0.01,
                   "rollout_corr/k3_kl": 0.001, "timing_s/gen": 2.0, "timing_per_token_ms/gen": 0.25}, step=step)
 tracking.finish()

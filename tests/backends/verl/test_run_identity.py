@@ -4,11 +4,12 @@ them aside; a crashed verl run ends FAILED; a sweep counts a verl run finished o
 in the sweep's store.
 
 verl cannot run here (no GPU, no vLLM): its entry point is replaced by ``FAKE_VERL`` (records the MLflow
-run it was handed, exits with ``$FAKE_EXIT``), or by ``fake_main_ppo.py`` where verl's own MLflow
+run it was handed, logs its step metric, exits with ``$FAKE_EXIT``), or by ``fake_main_ppo.py`` where verl's own MLflow
 ``Tracking`` must end the run as verl does.
 """
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,9 +20,23 @@ from harness.config import ROOT
 from harness.record import IdentityError
 
 #: FAKE of verl's entry point (``python -c`` in place of ``-m verl.trainer.main_ppo``): appends the MLflow
-#: run id it was given to $FAKE_VERL_LOG and exits with $FAKE_EXIT; trains nothing, ends no MLflow run
-FAKE_VERL = ("-c", "import os, sys; open(os.environ['FAKE_VERL_LOG'], 'a').write(os.environ['MLFLOW_RUN_ID'] + '\\n'); "
-                   "sys.exit(int(os.environ.get('FAKE_EXIT', '0')))")
+#: run id it was given to $FAKE_VERL_LOG, logs verl's step metric ``training/global_step`` for steps
+#: $FAKE_FIRST (default 1) .. ``trainer.total_training_steps`` of its argv ($FAKE_LAST if set: a run whose
+#: logging stopped) into that run, and exits with $FAKE_EXIT; trains nothing, ends no MLflow run
+FAKE_VERL = ("-c", """
+import os, sys, time
+from mlflow.entities import Metric
+from mlflow.tracking import MlflowClient
+run_id = os.environ['MLFLOW_RUN_ID']
+open(os.environ['FAKE_VERL_LOG'], 'a').write(run_id + '\\n')
+total = int([a for a in sys.argv if a.startswith('trainer.total_training_steps=')][0].split('=')[1])
+last = int(os.environ.get('FAKE_LAST', total))
+now = int(time.time() * 1000)
+steps = range(int(os.environ.get('FAKE_FIRST', '1')), last + 1)
+MlflowClient(os.environ['MLFLOW_TRACKING_URI']).log_batch(
+    run_id, metrics=[Metric('training/global_step', float(k), now, k) for k in steps])
+sys.exit(int(os.environ.get('FAKE_EXIT', '0')))
+""")
 
 
 @pytest.fixture
@@ -32,7 +47,8 @@ def fake_verl(monkeypatch, tmp_path):
     monkeypatch.setattr(translate, "ENTRYPOINT", FAKE_VERL)
     monkeypatch.setenv("FAKE_VERL_LOG", str(log))
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
-    monkeypatch.delenv("FAKE_EXIT", raising=False)
+    for key in ("FAKE_EXIT", "FAKE_LAST", "FAKE_FIRST"):
+        monkeypatch.delenv(key, raising=False)
     return lambda: log.read_text().split() if log.exists() else []
 
 
@@ -198,3 +214,97 @@ def test_sweep_counts_a_verl_run_finished_by_its_run_in_the_sweeps_store(tmp_pat
     assert finished_in_store(spec, [run], after_ms=started + 1) == set()  # a --rerun's run is a later one
     _client(cfg).set_terminated(run_id, "FAILED")
     assert finished_in_store(spec, [run]) == set()
+
+
+def test_verl_exiting_0_with_steps_missing_ends_failed_loudly(spec, tmp_path, fake_verl, monkeypatch):
+    """verl carries on without MLflow (three failed inits) or drops a step's metrics (three failed log calls) and
+    still exits 0: the harness compares the run's logged steps with trainer.steps, ends it FAILED, writes no
+    summary, and says so."""
+    cfg = spec("estimator=tis", "model=qwen3_30b_a3b", "trainer.steps=3", tmp=tmp_path)
+    monkeypatch.setenv("FAKE_LAST", "0")  # no MLflow at all
+    with pytest.raises(RuntimeError, match=r"verl exited 0 but MLflow run \w+ has no training step of the 3 "
+                                           r"planned .*ends FAILED.*--rerun"):
+        train(cfg)
+    (run_id,) = fake_verl()
+    run = _client(cfg).get_run(run_id)
+    assert run.info.status == "FAILED" and run.data.tags["status"] == "failed"
+    assert not (cfg.run_dir / runner.SUMMARY_FILE).exists()
+
+    monkeypatch.setenv("FAKE_LAST", "2")  # the last step's metrics dropped
+    with pytest.raises(RuntimeError, match=r"has steps up to 2, 1 missing \(3\) of the 3 planned"):
+        train(cfg)
+    assert fake_verl() == [run_id, run_id] and _client(cfg).get_run(run_id).info.status == "FAILED"
+    assert not (cfg.run_dir / runner.SUMMARY_FILE).exists()
+
+    monkeypatch.delenv("FAKE_LAST")
+    train(cfg, rerun=True)  # the way out: a new MLflow run from scratch
+    launched = fake_verl()
+    assert len(launched) == 3 and launched[2] != run_id and _summary(cfg)["run_id"] == launched[2]
+    assert runner.logged_steps(_client(cfg), launched[2]) == [1, 2, 3]
+
+
+def test_a_finished_run_with_fewer_logged_steps_than_planned_is_not_finished(spec, tmp_path, fake_verl, monkeypatch):
+    """A summary.json naming a FINISHED run of this spec whose MLflow run stops short of trainer.steps (what the
+    harness accepted before issue 30): not finished, for train() and for a sweep; train() resumes that run and
+    verl logs the rest."""
+    from harness.launch.expand import validate
+    from harness.launch.progress import finished_in_store
+    from harness.launch.spec import load_spec
+
+    spec_ = load_spec(ROOT / "sweeps" / "ablation_verl.yaml",
+                      ["grid.estimator=[tis]", "seeds=[0]", f"runs_dir={tmp_path / 'runs'}", "trainer.steps=3",
+                       f"tracking_uri=sqlite:///{tmp_path}/mlruns.db", "experiment=steps"])
+    (run,) = validate(spec_)
+    cfg = run.cfg
+    assert cfg.trainer.steps == 3
+    monkeypatch.setenv("FAKE_LAST", "1")
+    with monkeypatch.context() as m:
+        m.setattr(runner, "steps_problem", lambda *a: None)  # the harness before issue 30: no step check
+        train(cfg)
+    (run_id,) = fake_verl()
+    client = _client(cfg)
+    assert client.get_run(run_id).info.status == "FINISHED" and _summary(cfg)["run_id"] == run_id
+    assert runner.logged_steps(client, run_id) == [1]
+
+    assert runner.finished(client, cfg) is None and finished_in_store(spec_, [run]) == set()
+    monkeypatch.delenv("FAKE_LAST")
+    monkeypatch.setenv("FAKE_FIRST", "2")  # verl resumes from its checkpoint and logs the remaining steps
+    train(cfg)
+    assert fake_verl() == [run_id, run_id]  # the same MLflow run, resumed
+    assert runner.logged_steps(client, run_id) == [1, 2, 3] and client.get_run(run_id).info.status == "FINISHED"
+    assert runner.finished(client, cfg) is not None and finished_in_store(spec_, [run]) == {run.signature}
+
+
+def test_superseded_checkpoints_are_deleted_across_requeues(spec, tmp_path, fake_verl, monkeypatch):
+    """verl keeps max_actor_ckpt_to_keep=1 only among its own process's saves: a requeued job leaves the checkpoint
+    it resumed from. train() deletes every global_step_* folder but the one verl's tracker names, before verl
+    starts (what earlier attempts left) and after it exits (the one it resumed from); without a tracker, nothing."""
+    cfg = spec("estimator=tis", "model=qwen3_30b_a3b", tmp=tmp_path)
+    ckpt = cfg.run_dir / translate.CHECKPOINT_DIR
+    for step in (20, 40, 60):
+        (ckpt / f"global_step_{step}" / "actor").mkdir(parents=True)
+        (ckpt / f"global_step_{step}" / "actor" / "model.pt").write_text("weights")
+    (ckpt / "other_folder").mkdir()
+    assert runner.prune_checkpoints(cfg.run_dir) == []  # no tracker: verl would start over, nothing is ours to judge
+    (ckpt / runner.CKPT_TRACKER).write_text("40\n")  # global_step_60: a save cut short by the preemption
+    monkeypatch.setenv("FAKE_EXIT", "1")  # this attempt is preempted too
+    with pytest.raises(RuntimeError, match="verl exited with status 1"):
+        train(cfg)
+    assert sorted(p.name for p in ckpt.iterdir()) == sorted(["global_step_40", "other_folder", runner.CKPT_TRACKER])
+    assert (ckpt / "global_step_40" / "actor" / "model.pt").read_text() == "weights"
+
+    # the next attempt resumes from 40 and saves 60 (FAKE: made here, as verl would): 40 goes after verl exits
+    monkeypatch.setenv("FAKE_EXIT", "0")
+    real_run = subprocess.run
+
+    def verl_saves_60(argv, **kw):
+        if any(str(a).startswith("trainer.total_training_steps=") for a in argv):  # the verl command only
+            (ckpt / "global_step_60").mkdir(exist_ok=True)
+            (ckpt / runner.CKPT_TRACKER).write_text("60")
+        return real_run(argv, **kw)
+
+    monkeypatch.setattr(runner.subprocess, "run", verl_saves_60)
+    train(cfg)
+    assert sorted(p.name for p in ckpt.iterdir()) == sorted(["global_step_60", "other_folder", runner.CKPT_TRACKER])
+    (ckpt / runner.CKPT_TRACKER).write_text("80")  # names a folder that is not there: nothing deleted
+    assert runner.prune_checkpoints(cfg.run_dir) == [] and (ckpt / "global_step_60").is_dir()

@@ -203,13 +203,20 @@ def test_train_runs_verl_with_our_mlflow_run_and_resumes_it(spec, tmp_path, monk
     from harness import metrics as M
     from harness.backends.verl import runner
 
-    cfg = spec("estimator=tis", "model=qwen3_30b_a3b", tmp=tmp_path)
+    cfg = spec("estimator=tis", "model=qwen3_30b_a3b", "trainer.steps=3", tmp=tmp_path)
     monkeypatch.setattr(runner, "preflight", lambda cfg: None)  # no GPU/vLLM/data here
     monkeypatch.setattr(translate, "ENTRYPOINT", (str(Path(__file__).with_name("fake_main_ppo.py")),))
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
     monkeypatch.setenv("FAKE_STEPS", "1,2")
-    train(cfg)
+    monkeypatch.setenv("FAKE_EXIT", "1")  # preempted after step 2
+    with pytest.raises(RuntimeError, match="verl exited with status 1"):
+        train(cfg)
     run_id = (cfg.run_dir / runner.RUN_ID_FILE).read_text().strip()
+    # the requeued job resumes the same MLflow run from verl's checkpoint (step 1): step 2 is replayed, not logged twice
+    monkeypatch.setenv("FAKE_STEPS", "2,3")
+    monkeypatch.setenv("FAKE_EXIT", "0")
+    train(cfg)
+    assert (cfg.run_dir / runner.RUN_ID_FILE).read_text().strip() == run_id
     client = MlflowClient(tracking_uri=cfg.tracking_uri)
     run = client.get_run(run_id)
     assert run.data.tags["estimator"] == "tis" and run.data.tags["spec_sig"] == cfg.signature
@@ -217,13 +224,10 @@ def test_train_runs_verl_with_our_mlflow_run_and_resumes_it(spec, tmp_path, monk
         client.get_experiment_by_name(cfg.tracking.experiment).experiment_id
     assert run.data.metrics[M.MISMATCH_K1] == 0.01 and run.data.metrics[M.TOKENS_PER_S] == 4000.0
     assert {a.path for a in client.list_artifacts(run_id)} >= {"spec.yaml", "verl_command.txt"}
-    train(cfg)  # finished: nothing to do
-    # a requeued job (no summary yet) resumes the same MLflow run; steps already logged are skipped
-    (cfg.run_dir / runner.SUMMARY_FILE).unlink()
-    monkeypatch.setenv("FAKE_STEPS", "2,3")
-    train(cfg)
-    assert (cfg.run_dir / runner.RUN_ID_FILE).read_text().strip() == run_id
     assert [m.step for m in client.get_metric_history(run_id, M.REWARD_MEAN)] == [1, 2, 3]
+    assert run.info.status == "FINISHED" and runner.finished(client, cfg) is not None
+    monkeypatch.setenv("FAKE_EXIT", "3")  # would fail if it ran
+    train(cfg)  # finished: nothing to do
     assert len(client.search_runs([run.info.experiment_id])) == 1
 
 
@@ -272,6 +276,66 @@ def test_cluster_extra_is_declared_and_ci_does_not_install_it():
     import tomllib
 
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert any(d.startswith("verl[") and d.endswith("==0.9.1") and "vllm" in d for d in deps["cluster"])
-    assert {"megatron-core", "transformer-engine[pytorch]"} <= set(deps["cluster"])
+    assert deps["cluster"] == ["verl[vllm,fsdp]==0.9.1"]  # the Megatron stack comes from verl's image
+    assert not any("megatron" in d or "transformer-engine" in d for d in deps["cluster"])
     assert "cluster" not in (ROOT / "scripts" / "install.sh").read_text()
+
+
+def test_preflight_checks_the_versions_it_is_built_against(spec, monkeypatch):
+    """verl 0.9.1, vLLM 0.24.0, torch 2.11 (a local build tag such as +cu130 is the same release): another release
+    is named with the one needed; an absent distribution is left to the package checks."""
+    from importlib import metadata
+
+    from harness.backends.verl import runner
+
+    installed = {"verl": "0.9.1", "vllm": "0.24.0", "torch": "2.11.0+cu130"}
+
+    def version(dist):
+        if dist not in installed:
+            raise metadata.PackageNotFoundError(dist)
+        return installed[dist]
+
+    monkeypatch.setattr(metadata, "version", version)
+    assert runner.version_problems() == []
+    installed.update(verl="0.9.2", torch="2.13.0")
+    del installed["vllm"]
+    assert runner.version_problems() == [
+        "verl 0.9.2 is installed, the harness needs verl==0.9.1 (translate.py and plugins/ target its config and code)",
+        "torch 2.13.0 is installed, the harness needs torch==2.11.0 (what vLLM 0.24.0's compiled extensions are "
+        "built for)"]
+    with pytest.raises(runner.VerlUnavailable, match=r"verl 0\.9\.2 is installed, the harness needs verl==0\.9\.1.*"
+                                                     r"Container route"):
+        runner.preflight(spec("estimator=tis", "model=qwen3_4b"))
+
+
+def test_preflight_refuses_a_hub_id_on_an_offline_node(spec, tmp_path, monkeypatch, capsys):
+    """HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE set: model.path must be a local folder (exit 2 naming model.path,
+    before anything runs); a local folder passes that check, and online a Hub id does."""
+    from harness.backends.verl import runner
+
+    for key in runner.OFFLINE_ENV:
+        monkeypatch.delenv(key, raising=False)
+    hub = spec("estimator=tis", "model=qwen3_30b_a3b")
+    assert hub.model.path == "Qwen/Qwen3-30B-A3B"
+    with pytest.raises(runner.VerlUnavailable):  # online: the machine's problems only (no GPU here)
+        runner.preflight(hub)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    assert runner.offline_model_problem(hub.model.path) is None
+    for key in runner.OFFLINE_ENV:
+        monkeypatch.setenv(key, "1")
+        with pytest.raises(ConfigError) as exc:
+            runner.preflight(hub)
+        assert exc.value.key == "model.path" and f"{key}=1" in str(exc.value) and "local folder" in str(exc.value)
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError, match="model.path: '/nowhere/Qwen3' is not a local folder"):
+        runner.preflight(spec("estimator=tis", "model=qwen3_30b_a3b", "model.path=/nowhere/Qwen3"))
+    (tmp_path / "ckpt").mkdir()
+    with pytest.raises(runner.VerlUnavailable) as exc:  # a local folder: only the machine's problems remain
+        runner.preflight(spec("estimator=tis", "model=qwen3_30b_a3b", f"model.path={tmp_path}/ckpt"))
+    assert "model.path" not in str(exc.value)
+    # the command line: one line naming the key, exit 2, no MLflow store or run folder touched
+    rc, out, err = _run(capsys, "backend=verl", "model=qwen3_30b_a3b", "estimator=tis", *LLM,
+                        f"out_dir={tmp_path}/run", f"tracking.uri=sqlite:///{tmp_path}/m.db")
+    assert rc == 2 and err.startswith("error: model.path: 'Qwen/Qwen3-30B-A3B' is not a local folder")
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "m.db").exists()

@@ -28,41 +28,9 @@ B, P, R = 4, 3, 6
 
 
 @pytest.fixture
-def process_group(tmp_path):
-    """A one-process gloo group: verl's engine all-reduces token counts over its data-parallel group."""
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
-@pytest.fixture
 def rais_env(monkeypatch):
     monkeypatch.setenv(rais.RAIS_ENV, "1")
     monkeypatch.setenv(rais.GAMMA_MIN_ENV, "0.8")
-
-
-def _engine(model, monkeypatch):
-    import verl.workers.engine.fsdp.transformer_impl as ti
-
-    from harness.backends.verl.plugins import rais_fsdp
-
-    rais_fsdp.install()
-    import sys
-
-    for name, mod in list(sys.modules.items()):  # verl has no CPU platform: its device lookups answer "cpu"
-        if name.startswith("verl.") and mod is not None:
-            for fn in ("get_device_id", "get_device_name"):
-                if callable(getattr(mod, fn, None)):
-                    monkeypatch.setattr(mod, fn, lambda: "cpu")
-    eng = object.__new__(ti.FSDPEngineWithLMHead)  # no FSDP wrap / process group on CPU
-    eng.module, eng.pad_to_length, eng.use_ulysses_sp, eng.ulysses_sequence_parallel_size = model, False, False, 1
-    eng._autocast_dtype, eng.pass_packed_cu_seqlens, eng.ulysses_device_mesh = torch.float32, False, None
-    eng.engine_config = type("EngineCfg", (), {"entropy_checkpointing": False, "entropy_from_logits_with_chunking": False,
-                                               "forward_only": False, "fsdp_size": 1})
-    eng.optimizer, eng.ulysses_parallel_group, eng._is_offload_param, eng._is_offload_optimizer = None, None, False, False
-    return eng
 
 
 def _micro_batch(vocab: int):
@@ -109,7 +77,8 @@ def _response_rows(x, attn):
     return torch.stack(out)
 
 
-def test_patched_fsdp_forward_feeds_router_shift_to_the_rais_loss(spec, rais_env, process_group, monkeypatch):
+def test_patched_fsdp_forward_feeds_router_shift_to_the_rais_loss(spec, rais_env, process_group, cpu_fsdp_engine,
+                                                                  monkeypatch):
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
     from verl.utils import tensordict_utils as tu
     from verl.utils.config import omega_conf_to_dataclass
@@ -123,7 +92,7 @@ def test_patched_fsdp_forward_feeds_router_shift_to_the_rais_loss(spec, rais_env
                         num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
                         num_experts=8, num_experts_per_tok=2)
     model = Qwen3MoeForCausalLM(hf).float().eval()
-    eng = _engine(model, monkeypatch)
+    eng = cpu_fsdp_engine(model)
     td, ids, attn = _micro_batch(hf.vocab_size)
 
     # the step's update call: our train_mini_batch tags the samples and runs the snapshot pass (pre-update

@@ -9,6 +9,22 @@ and nothing else, and with the clip range ``eps`` = the estimator's ``log_clip``
 set by translate.py) in place of the actor's ``clip_ratio`` (which stays ``trainer.clip_eps``). gamma comes
 as for ``harness_rais`` (plugins/rais.py: ``router_shift_gamma=`` or the ``router_shift`` context, fed by the
 FSDP router patch plugins/rais_fsdp.py, active with ``HARNESS_RAIS=1``).
+
+**Normalised over the global batch** (issue 30). verl's ``geo_mean`` ends with ``torch.mean(pg_losses)``: a mean
+over the *micro-batch*, while verl's engines call the loss once per micro-batch, backpropagate each and sum the
+gradients (``FSDPEngine.forward_backward_batch``), expecting each micro-batch loss to be normalised over the global
+mini-batch as ``agg_loss`` does with ``config.global_batch_info`` (``ppo_loss`` fills it: ``dp_size``,
+``global_batch_size`` = ppo_mini_batch_size x rollout.n sequences over all ranks). Left as it is, the summed loss
+and the gradient grow with the number of micro-batches (x2, x4; with dynamic batch sizes another factor every
+step). ``global_scale`` turns the micro-batch mean into agg_loss's sequence mean over the global batch:
+
+    loss = mean_{i in micro} L_i * B_micro * dp_size / global_batch_size = sum_{i in micro} L_i / G * dp_size
+
+so the micro-batch losses sum, and the data-parallel average of the gradients lands, on the mean over the
+mini-batch's G sequences (``tests/backends/verl/test_verl_micro_batches.py``: 1, 2, 4 and dynamic micro-batches
+through verl's own ``forward_backward_batch`` give the same summed loss and gradient). Without
+``global_batch_size`` (a direct call) the micro-batch mean is kept, and ``dp_size > 1`` without it is an error,
+as in ``agg_loss``.
 """
 from __future__ import annotations
 
@@ -36,5 +52,20 @@ def compute_policy_loss_gmpo_rs(old_log_prob: torch.Tensor, log_prob: torch.Tens
     loss, metrics = compute_policy_loss_geo_mean(
         old_log_prob=old_log_prob - torch.log(factor), log_prob=log_prob, advantages=advantages,
         response_mask=response_mask, loss_agg_mode=loss_agg_mode, config=clip, rollout_is_weights=rollout_is_weights)
+    loss = loss * global_scale(response_mask, config)
     metrics["actor/ppo_kl"] = verl_F.masked_mean(old_log_prob - log_prob, response_mask).detach().item()
     return loss, {**metrics, **gamma_metrics}
+
+
+def global_scale(response_mask: torch.Tensor, config: Any) -> float:
+    """B_micro * dp_size / global_batch_size: turns geo_mean's micro-batch mean into verl's global sequence mean
+    (``agg_loss``'s seq-mean with ``config.global_batch_info``); 1 where the engine gave no global batch size."""
+    info = getattr(config, "global_batch_info", None) or {}
+    dp_size = int(info.get("dp_size") or 1)
+    global_batch_size = info.get("global_batch_size")
+    if global_batch_size is None:
+        if dp_size > 1:
+            raise ValueError(f"policy loss {LOSS_NAME}: global_batch_size is required when dp_size > 1 "
+                             "(verl's ppo_loss sets config.global_batch_info)")
+        return 1.0
+    return response_mask.shape[0] * dp_size / float(global_batch_size)

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.backends.verl.metrics import map_metrics
-
-STEP_KEY = "training/global_step"
+from harness.backends.verl.metrics import STEP_KEY, map_metrics
 
 
 def last_logged_step(run_id: str) -> int:
