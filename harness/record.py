@@ -40,6 +40,7 @@ from typing import Any, Iterator
 
 from harness import store, torchfile
 from harness.runlock import RunInProgress, RunLock  # noqa: F401 - RunInProgress: the entry points' exit 2
+from harness.tracking import StoreError
 from harness.uri import redact
 
 IDENTITY_FILE = "run.json"
@@ -60,7 +61,12 @@ class RunFolderError(ValueError):
     """The run folder cannot be created or written (exit 2)."""
 
 
-class CheckpointWriteError(RuntimeError):
+class RunWriteError(RuntimeError):
+    """A file of the run (``spec.yaml``, ``run.json``, ``summary.json``) could not be written (disk full, a write
+    error): one line naming it; the run ends FAILED (exit 1)."""
+
+
+class CheckpointWriteError(RunWriteError):
     """A checkpoint could not be written (disk full, a write error): the run ends FAILED (exit 1)."""
 
 
@@ -191,8 +197,9 @@ class RunRecord:
         try:
             d.mkdir(parents=True, exist_ok=True)
             self._write_identity()
-        except OSError as exc:
-            raise RunFolderError(f"cannot write the run folder {d}: {exc.strerror or exc}; choose a writable out_dir") from None
+        except (OSError, RunWriteError) as exc:  # before the run starts: the folder is the bad input (exit 2)
+            why = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc
+            raise RunFolderError(f"cannot write the run folder {d}: {why}; choose a writable out_dir") from None
 
     def _read_checkpoint(self) -> dict[str, Any]:
         p = self.checkpoint_path
@@ -255,7 +262,7 @@ class RunRecord:
     def _first_writes(self, params: dict[str, Any], spec_text: str) -> None:
         self.tracker.log_params(params)
         self.tracker.log_text(spec_text, "spec.yaml")
-        (self.dir / "spec.yaml").write_text(spec_text)
+        self._write(self.dir / "spec.yaml", spec_text)
 
     def _guard(self, fn, *args):
         try:
@@ -265,9 +272,25 @@ class RunRecord:
             raise
 
     def _write_identity(self) -> None:
-        tmp = self.identity_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self.identity), indent=2) + "\n")
-        tmp.replace(self.identity_path)
+        self._write(self.identity_path, json.dumps(asdict(self.identity), indent=2) + "\n")
+
+    @staticmethod
+    def _write(path: Path, text: str) -> None:
+        """Write a run file atomically (tmp + rename); a failed write (disk full) removes its tmp file and is
+        :class:`RunWriteError`, one line naming the path."""
+        tmp = path.with_suffix(".tmp")
+        try:
+            tmp.write_text(text)
+            tmp.replace(path)
+        except OSError as exc:
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
+            err = RunWriteError(f"cannot write {path}: {exc.strerror or exc}; free space there (or choose another "
+                                f"out_dir), then the same command resumes from the run's last checkpoint")
+            err.reason = exc.strerror or str(exc)
+            raise err from None
 
     # ---------------------------------------------------------------- 3. checkpoints, the loop
     def save_checkpoint(self, trainer_state: dict[str, Any], extra: dict[str, Any]) -> None:
@@ -301,9 +324,7 @@ class RunRecord:
             t.set_tags({"status": summary.status})
             t.log_step(summary.steps_done, metrics)
             t.log_text(json.dumps(data, indent=2), SUMMARY_FILE)
-            tmp = self.summary_path.with_suffix(".tmp")
-            tmp.write_text(text)
-            tmp.replace(self.summary_path)
+            self._write(self.summary_path, text)
         except BaseException as exc:
             self.end(exc)
             raise
@@ -320,7 +341,7 @@ class RunRecord:
             # SystemExit: submitit's preemption (USR2 -> checkpoint, requeue, exit): the requeued job resumes the run
             status = "KILLED" if isinstance(exc, (Interrupted, KeyboardInterrupt, SystemExit)) else "FAILED"
             try:
-                self.tracker.finish(status)
+                self.tracker.finish(status, once=isinstance(exc, StoreError))  # a locked store: no second deadline
             except Exception:  # noqa: BLE001 - report the original failure, not this one
                 pass
         finally:

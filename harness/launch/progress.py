@@ -18,11 +18,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def prepare_tracking(spec: SweepSpec, cfg: RunConfig) -> None:
     """Create the MLflow store and the sweep's experiment once, before jobs race to do it."""
-    from harness.tracking import client_for, experiment_id
+    from harness.tracking import StoreError, client_for, experiment_id
 
     uri = cfg.tracking_uri
     try:
         experiment_id(client_for(uri), spec.experiment, uri)
+    except StoreError as exc:  # locked past the deadline, disk full: its own line
+        raise SubmissionError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001
         from harness.uri import redact
 
