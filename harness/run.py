@@ -32,9 +32,10 @@ Groups (options: the YAML files in experiments/<group>/):
 --plan          backend=verl: print the per-GPU memory estimate (weights, grads, optimizer, activations)
 
 A run is finished when its store (tracking.uri > $MLFLOW_TRACKING_URI > <project>/mlruns.db) holds a
-FINISHED run of its signature and seed; then it prints that result and trains nothing.
-Exit status: 0 done, 2 bad input (spec, folder, checkpoint) or the run in progress in another process,
-1 store unreachable, locked past 120 s or full, or a run file not written (disk full), 3 diverged,
+FINISHED run of its signature and seed; then it trains nothing and prints "already finished in <store>
+(run <id>), not retrained" with that result. MLflow names a run for what it trains (mean_n(n=8) s3).
+Exit status: 0 done, 2 bad input (spec, folder, checkpoint, a deleted experiment) or the run in progress in
+another process, 1 store unreachable, locked past 120 s or full, or a run file not written (disk full), 3 diverged,
 130/143 interrupted (SIGINT/SIGTERM: the MLflow run ends KILLED, a checkpoint resumes it)."""
 
 

@@ -11,6 +11,10 @@ query, a ``sqlite3`` shell, a sweep's other jobs) is tried again, with exponenti
 a read-only file), it raises :class:`StoreError`: one line naming the store (its path, or its redacted URI) and
 the fix, exit 1, no traceback. A retried call is safe: a locked transaction was rolled back, and a batch of
 metrics sent again is deduplicated by MLflow (same key, step, value and timestamp).
+
+An experiment the harness creates is tagged ``mlflow.experimentKind = custom_model_development`` (MLflow 3's
+kind for training runs, :data:`EXPERIMENT_KIND`); a run is named for what it trains (:func:`run_name`,
+``mean_n(n=8) s3``); an experiment deleted in the store is :class:`ExperimentDeleted` (exit 2, with the fix).
 """
 from __future__ import annotations
 
@@ -23,11 +27,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.errors import ConfigError
+
 #: how long a store call is retried while sqlite says "database is locked" (each try waits up to sqlite's own
 #: busy timeout, 20 s in MLflow, before it fails)
 LOCK_DEADLINE_S = 120.0
 #: the first pause between two tries of a locked call; it doubles up to ``_MAX_PAUSE_S``
 _FIRST_PAUSE_S, _MAX_PAUSE_S = 0.1, 5.0
+#: MLflow 3's experiment kind for model training (the UI's "Model training" view, not the GenAI overview)
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 
 
 class TrackingError(RuntimeError):
@@ -36,6 +44,18 @@ class TrackingError(RuntimeError):
 
 class StoreError(TrackingError):
     """The store failed mid-run (locked past ``LOCK_DEADLINE_S``, disk full, a write error): one line, exit 1."""
+
+
+class ExperimentDeleted(ConfigError):
+    """``tracking.experiment`` names an experiment deleted in the store (exit 2: restore it or choose another)."""
+
+    def __init__(self, name: str, experiment_id: str, uri: str, key: str = "tracking.experiment"):
+        from harness.uri import redact
+
+        self.name, self.experiment_id, self.uri = name, experiment_id, uri
+        super().__init__(key, (
+            f"MLflow experiment {name!r} was deleted in {redact(uri)}: restore it (`MLFLOW_TRACKING_URI={redact(uri)} "
+            f"mlflow experiments restore --experiment-id {experiment_id}`) or choose another {key}"))
 
 
 def _sqlite_error(exc: BaseException) -> str | None:
@@ -165,19 +185,40 @@ def client_for(uri: str):
     return StoreClient(MlflowClient(tracking_uri=uri), given)
 
 
-def experiment_id(client, name: str, uri: str) -> str:
+def live_experiment(client, name: str, uri: str):
+    """The experiment ``name`` of the store (None if there is none); one deleted there is :class:`ExperimentDeleted`."""
     exp = client.get_experiment_by_name(name)
+    if exp is not None and exp.lifecycle_stage == "deleted":
+        raise ExperimentDeleted(name, exp.experiment_id, uri)
+    return exp
+
+
+def experiment_id(client, name: str, uri: str) -> str:
+    """The id of the experiment ``name``, created if the store has none; either way of the kind
+    :data:`EXPERIMENT_KIND` (an experiment of another kind is left as it is)."""
+    exp = live_experiment(client, name, uri)
     if exp is not None:
+        if EXPERIMENT_KIND_TAG not in exp.tags:  # made before the harness tagged its experiments
+            client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         return exp.experiment_id
     try:
-        return client.create_experiment(name, artifact_location=_artifact_root(uri))
+        return client.create_experiment(name, artifact_location=_artifact_root(uri),
+                                        tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
     except TrackingError:
         raise
     except Exception:  # created concurrently by another run of the sweep
-        exp = client.get_experiment_by_name(name)
+        exp = live_experiment(client, name, uri)
         if exp is None:
             raise
         return exp.experiment_id
+
+
+def run_name(cfg) -> str:
+    """An MLflow run's name: ``tracking.run_name`` if set, else what it trains: the estimator's label (as analysis
+    names its groups) and the seed, e.g. ``mean_n(n=8) s3``, ``tis(C=2,token) s0``."""
+    from harness import estimators
+
+    return cfg.tracking.run_name or f"{estimators.label(cfg.estimator.name, vars(cfg.estimator))} s{cfg.seed}"
 
 
 class Tracker:
@@ -192,7 +233,7 @@ class Tracker:
                 run_id = run.info.run_id
             else:
                 self.client.update_run(run_id, status="RUNNING")
-        except TrackingError:  # StoreError: its own line
+        except (TrackingError, ConfigError):  # StoreError, ExperimentDeleted: their own line
             raise
         except Exception as exc:  # noqa: BLE001
             from harness.uri import redact

@@ -1,4 +1,5 @@
-"""The store failing under a run (issue 27 item 6): a locked sqlite store is waited for, a full one is one line. Real tiny runs into real sqlite stores under tmp_path.
+"""The store failing under a run (issue 27 items 6 and 8): a locked sqlite store is waited for, a full one and a
+deleted experiment are one line. Real tiny runs into real sqlite stores under tmp_path.
 
 sqlite answers "database is locked" only after its busy timeout, which MLflow sets to 20 s per session; these tests
 shorten it to 0.2 s (``short_busy_wait``, rewriting MLflow's ``PRAGMA busy_timeout``) so that a lock of a few
@@ -7,6 +8,7 @@ seconds reaches the harness's own retry (``harness.tracking.call_store``) as it 
 from __future__ import annotations
 
 import sqlite3
+import sys
 import threading
 
 import pytest
@@ -14,7 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from harness import metrics as M
 from harness import tracking
-from harness.config import load
+from harness.config import ROOT, load
 from harness.run import execute, main
 
 
@@ -154,3 +156,41 @@ def test_a_full_store_is_one_line_naming_its_path_exit_1_and_the_same_command_re
     assert main(over) == 0
     run = only_run(cfg.tracking_uri)
     assert run.info.status == "FINISHED" and steps_logged(cfg.tracking_uri, run.info.run_id) == [0, 1, 2, 3]
+
+
+def test_a_deleted_experiment_is_named_with_the_fix_exit_2_and_nothing_written(tiny_overrides, tmp_path, capsys):
+    over = tiny_overrides(steps=2, name="first")
+    assert main(over) == 0
+    cfg = load(over)
+    client = MlflowClient(cfg.tracking_uri)
+    exp_id = client.get_experiment_by_name("test").experiment_id
+    client.delete_experiment(exp_id)
+    capsys.readouterr()
+    again = tiny_overrides(steps=2, name="second")
+    assert main(again) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: tracking.experiment: MLflow experiment 'test' was deleted in {cfg.tracking_uri}: restore "
+                   f"it (`MLFLOW_TRACKING_URI={cfg.tracking_uri} mlflow experiments restore --experiment-id {exp_id}`) "
+                   f"or choose another tracking.experiment\n")
+    assert not (tmp_path / "second").exists()  # before the folder: nothing written
+    client.restore_experiment(exp_id)  # the fix it names
+    assert main(again) == 0
+
+
+def test_a_sweep_into_a_deleted_experiment_is_refused_naming_it(tmp_path):
+    sys.path.insert(0, str(ROOT / "tests" / "launch"))
+    from launch_helpers import SWEEPS, where
+
+    from harness.launch.expand import validate
+    from harness.launch.progress import prepare_tracking
+    from harness.launch.spec import SweepError, load_spec
+
+    uri = f"sqlite:///{tmp_path}/sweep.db"
+    spec = load_spec(str(SWEEPS / "tiny.yaml"), ["launcher=local", *where(tmp_path, uri, "gone")])
+    runs = validate(spec)
+    client = MlflowClient(uri)
+    client.delete_experiment(client.create_experiment("gone"))
+    with pytest.raises(SweepError) as exc:
+        prepare_tracking(spec, runs[0].cfg)
+    assert exc.value.key == "experiment" and "MLflow experiment 'gone' was deleted in" in str(exc.value)
+    assert "mlflow experiments restore --experiment-id" in str(exc.value)
