@@ -194,3 +194,29 @@ def test_a_sweep_into_a_deleted_experiment_is_refused_naming_it(tmp_path):
         prepare_tracking(spec, runs[0].cfg)
     assert exc.value.key == "experiment" and "MLflow experiment 'gone' was deleted in" in str(exc.value)
     assert "mlflow experiments restore --experiment-id" in str(exc.value)
+
+
+def test_a_run_file_not_written_is_one_line_naming_it_exit_1(tiny_overrides, monkeypatch, capsys):
+    """A full disk under the run folder at the end (``summary.json``): one line naming the file, its tmp file gone."""
+    import errno
+    from pathlib import Path
+
+    over = tiny_overrides(steps=2, name="nospace")
+    cfg = load(over)
+    real = Path.write_text
+
+    def full_for_the_summary(self, *args, **kwargs):
+        if self.name == "summary.tmp":
+            real(self, "half")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", full_for_the_summary)
+    assert main(over) == 1
+    err = capsys.readouterr().err
+    lines = error_lines(err)
+    assert lines[-1].startswith(f"error: cannot write {cfg.run_dir / 'summary.json'}: No space left on device; "
+                                f"free space there")
+    assert "Traceback" not in err and err.count("error:") == 1
+    assert not list(cfg.run_dir.glob("*.tmp"))
+    assert only_run(cfg.tracking_uri).info.status == "FAILED"
