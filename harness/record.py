@@ -5,18 +5,23 @@ A run's **identity** is (signature, seed, experiment, tracking URI) plus, once i
 run id. The run folder (``run.json``), the checkpoint (``checkpoint.pt``) and ``summary.json`` all carry
 it. The order of a run's bookkeeping, each step before anything heavier:
 
-1. :meth:`RunRecord.prepare` — the store is reachable (``harness.store.check``, seconds); the folder is
+1. :meth:`RunRecord.prepare` — the store is reachable (``harness.store.check``, seconds) and the experiment not
+   deleted there (``harness.tracking.ExperimentDeleted``, exit 2, before anything is written); the folder is
    writable (:class:`RunFolderError`, exit 2, naming the path) and this process's alone (``run.lock``,
    :mod:`harness.runlock`, held until the run ends: another live process training this run is
    :class:`RunInProgress`, exit 2); the folder holds nothing of another run (signature, seed or experiment
    differ: :class:`IdentityError`, exit 2, with the way out: ``--rerun`` or another ``out_dir``); the run is
-   looked up **in the store** (a FINISHED run of this signature and seed: its summary is returned, the lock let
-   go and nothing runs); a checkpoint is read, tensors and plain values only
+   looked up **in the store** (a FINISHED run of this signature and seed: its summary is returned with
+   ``found_in`` set, so its line says "already finished in <store> (run <id>), not retrained"; the lock let go
+   and nothing runs); a checkpoint is read, tensors and plain values only
    (:mod:`harness.torchfile`: a file naming code is refused unrun), and must be this run's (a truncated,
    crafted or foreign one: :class:`CheckpointError` / :class:`IdentityError`, exit 2).
-2. :meth:`RunRecord.start` — creates the MLflow run (or re-attaches to the checkpoint's).
+2. :meth:`RunRecord.start` — creates the MLflow run, named for what it trains (``harness.tracking.run_name``:
+   ``mean_n(n=8) s3``), or re-attaches to the checkpoint's.
 3. :meth:`RunRecord.save_checkpoint` every ``trainer.checkpoint_every`` steps (atomic: tmp + rename; a failed
-   write removes the tmp file and is :class:`CheckpointWriteError`, one line naming the path, exit 1).
+   write removes the tmp file and is :class:`CheckpointWriteError`, one line naming the path, exit 1; so is any
+   run file, :class:`RunWriteError`). The store's own failures (locked past the deadline, full) are
+   ``harness.tracking.StoreError``: one line, exit 1.
 4. :meth:`RunRecord.finish` (summary, FINISHED) or :meth:`RunRecord.end` — an interrupt (SIGINT,
    SIGTERM: :class:`Interrupted`; submitit's preemption exit) ends the MLflow run KILLED, any other failure FAILED: no run is left
    RUNNING by a process that is gone (only a SIGKILL can, and its checkpoint resumes it). Under submitit a
@@ -34,12 +39,13 @@ import json
 import signal
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator
 
 from harness import store, torchfile
 from harness.runlock import RunInProgress, RunLock  # noqa: F401 - RunInProgress: the entry points' exit 2
+from harness.tracking import StoreError
 from harness.uri import redact
 
 IDENTITY_FILE = "run.json"
@@ -60,7 +66,12 @@ class RunFolderError(ValueError):
     """The run folder cannot be created or written (exit 2)."""
 
 
-class CheckpointWriteError(RuntimeError):
+class RunWriteError(RuntimeError):
+    """A file of the run (``spec.yaml``, ``run.json``, ``summary.json``) could not be written (disk full, a write
+    error): one line naming it; the run ends FAILED (exit 1)."""
+
+
+class CheckpointWriteError(RunWriteError):
     """A checkpoint could not be written (disk full, a write error): the run ends FAILED (exit 1)."""
 
 
@@ -125,14 +136,15 @@ class RunRecord:
     def prepare(self):
         """Store, folder, store lookup, checkpoint (module docstring). Returns the finished run's
         ``RunSummary`` (nothing to do) or None (train: from ``self.state`` if it is set)."""
-        from harness.tracking import client_for
+        from harness.tracking import client_for, live_experiment
 
         uri = self.cfg.tracking_uri  # the identity's is redacted
         store.check(uri)
+        client = client_for(uri)
+        live_experiment(client, self.identity.experiment, uri)  # deleted there: exit 2, before anything is written
         self._lock()
         try:
             self._check_folder()
-            client = client_for(uri)
             done = store.finished_run(client, self.identity.experiment, self.identity.signature,
                                       self.identity.seed, after_ms=self.finished_after_ms)
             if done is not None:
@@ -192,8 +204,9 @@ class RunRecord:
         try:
             d.mkdir(parents=True, exist_ok=True)
             self._write_identity()
-        except OSError as exc:
-            raise RunFolderError(f"cannot write the run folder {d}: {exc.strerror or exc}; choose a writable out_dir") from None
+        except (OSError, RunWriteError) as exc:  # before the run starts: the folder is the bad input (exit 2)
+            why = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc
+            raise RunFolderError(f"cannot write the run folder {d}: {why}; choose a writable out_dir") from None
 
     def _read_checkpoint(self) -> dict[str, Any]:
         p = self.checkpoint_path
@@ -214,10 +227,14 @@ class RunRecord:
                                 f"{self.identity.tracking_uri!r} (a new store, or a deleted run): --rerun to start over")
 
     def _summary_of(self, client, run):
-        """The finished run's summary: the folder's if it is that run's, else the store's artifact."""
+        """The finished run's summary (``found_in``: this store): the folder's if it is that run's, else the
+        store's artifact."""
+        return replace(self._stored_summary(run), found_in=self.identity.tracking_uri)
+
+    def _stored_summary(self, run):
         from harness.summary import RunSummary
 
-        names = [f.name for f in fields(RunSummary)]
+        names = RunSummary.stored_fields()
         local = read_json(self.summary_path)
         if local is not None and local.get("run_id") == run.info.run_id:
             return RunSummary(**{k: local[k] for k in names})
@@ -238,7 +255,7 @@ class RunRecord:
     # ---------------------------------------------------------------- 2. the MLflow run
     def start(self, tags: dict[str, str], params: dict[str, Any], spec_text: str):
         """Create the MLflow run (or re-attach to the checkpoint's); returns the Tracker."""
-        from harness.tracking import Tracker
+        from harness.tracking import Tracker, run_name
 
         i = self.identity
         if self.state is not None:
@@ -246,7 +263,7 @@ class RunRecord:
             if self.tags:
                 self._guard(self.tracker.set_tags, self.tags)
         else:
-            self.tracker = Tracker(self.cfg.tracking_uri, i.experiment, run_name=self.cfg.tracking.run_name,
+            self.tracker = Tracker(self.cfg.tracking_uri, i.experiment, run_name=run_name(self.cfg),
                                    tags={**tags, **self.tags})
             self._guard(self._first_writes, params, spec_text)
         self.identity = replace(self.identity, run_id=self.tracker.run_id)
@@ -256,7 +273,7 @@ class RunRecord:
     def _first_writes(self, params: dict[str, Any], spec_text: str) -> None:
         self.tracker.log_params(params)
         self.tracker.log_text(spec_text, "spec.yaml")
-        (self.dir / "spec.yaml").write_text(spec_text)
+        self._write(self.dir / "spec.yaml", spec_text)
 
     def _guard(self, fn, *args):
         try:
@@ -266,9 +283,25 @@ class RunRecord:
             raise
 
     def _write_identity(self) -> None:
-        tmp = self.identity_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self.identity), indent=2) + "\n")
-        tmp.replace(self.identity_path)
+        self._write(self.identity_path, json.dumps(asdict(self.identity), indent=2) + "\n")
+
+    @staticmethod
+    def _write(path: Path, text: str) -> None:
+        """Write a run file atomically (tmp + rename); a failed write (disk full) removes its tmp file and is
+        :class:`RunWriteError`, one line naming the path."""
+        tmp = path.with_suffix(".tmp")
+        try:
+            tmp.write_text(text)
+            tmp.replace(path)
+        except OSError as exc:
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
+            err = RunWriteError(f"cannot write {path}: {exc.strerror or exc}; free space there (or choose another "
+                                f"out_dir), then the same command resumes from the run's last checkpoint")
+            err.reason = exc.strerror or str(exc)
+            raise err from None
 
     # ---------------------------------------------------------------- 3. checkpoints, the loop
     def save_checkpoint(self, trainer_state: dict[str, Any], extra: dict[str, Any]) -> None:
@@ -296,15 +329,13 @@ class RunRecord:
     def finish(self, summary, metrics: dict[str, float]) -> None:
         """Log the summary, write ``summary.json`` (with the identity), end FINISHED, drop the checkpoint."""
         t = self.tracker
-        data = asdict(summary)
+        data = summary.stored()
         text = json.dumps({**data, "identity": asdict(self.identity)}, indent=2)
         try:
             t.set_tags({"status": summary.status})
             t.log_step(summary.steps_done, metrics)
             t.log_text(json.dumps(data, indent=2), SUMMARY_FILE)
-            tmp = self.summary_path.with_suffix(".tmp")
-            tmp.write_text(text)
-            tmp.replace(self.summary_path)
+            self._write(self.summary_path, text)
         except BaseException as exc:
             self.end(exc)
             raise
@@ -321,7 +352,7 @@ class RunRecord:
             # SystemExit: submitit's preemption (USR2 -> checkpoint, requeue, exit): the requeued job resumes the run
             status = "KILLED" if isinstance(exc, (Interrupted, KeyboardInterrupt, SystemExit)) else "FAILED"
             try:
-                self.tracker.finish(status)
+                self.tracker.finish(status, once=isinstance(exc, StoreError))  # a locked store: no second deadline
             except Exception:  # noqa: BLE001 - report the original failure, not this one
                 pass
         finally:

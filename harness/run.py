@@ -32,9 +32,10 @@ Groups (options: the YAML files in experiments/<group>/):
 --plan          backend=verl: print the per-GPU memory estimate (weights, grads, optimizer, activations)
 
 A run is finished when its store (tracking.uri > $MLFLOW_TRACKING_URI > <project>/mlruns.db) holds a
-FINISHED run of its signature and seed; then it prints that result and trains nothing.
-Exit status: 0 done, 2 bad input (spec, folder, checkpoint) or the run in progress in another process,
-1 store unreachable or a checkpoint not written (disk full), 3 diverged,
+FINISHED run of its signature and seed; then it trains nothing and prints "already finished in <store>
+(run <id>), not retrained" with that result. MLflow names a run for what it trains (mean_n(n=8) s3).
+Exit status: 0 done, 2 bad input (spec, folder, checkpoint, a deleted experiment) or the run in progress in
+another process, 1 store unreachable, locked past 120 s or full, or a run file not written (disk full), 3 diverged,
 130/143 interrupted (SIGINT/SIGTERM: the MLflow run ends KILLED, a checkpoint resumes it)."""
 
 
@@ -78,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         print(yaml.safe_dump(cfg.public_dict(), sort_keys=False), end="")
         print(f"# signature: {cfg.signature}")
         return 0
-    from harness.record import (CheckpointError, CheckpointWriteError, IdentityError, Interrupted, RunFolderError,
-                                RunInProgress, signals_as_interrupts)
+    from harness.record import (CheckpointError, IdentityError, Interrupted, RunFolderError, RunInProgress,
+                                RunWriteError, signals_as_interrupts)
     from harness.tracking import TrackingError
 
     try:
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
     except (ConfigError, IdentityError, CheckpointError, RunFolderError, RunInProgress) as exc:
         return fail(exc, 2)
-    except (TrackingError, CheckpointWriteError) as exc:
+    except (TrackingError, RunWriteError) as exc:  # the store (unreachable, locked, full), a file not written
         return fail(exc, 1)
     except Interrupted as exc:
         print(f"interrupted ({exc})", file=sys.stderr)

@@ -2,8 +2,8 @@
 hold), the final/peak reward rule it uses, and ``flat`` (a spec as the MLflow params it logs)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
 from harness import estimators
 
@@ -20,6 +20,20 @@ class RunSummary:
     final_reward: float
     peak_reward: float
     time_per_step_s: float
+    #: the store (redacted URI) that already held this run FINISHED, so nothing was trained; None: trained now.
+    #: Not stored (``summary.json`` and its artifact hold the fields above: :meth:`stored`), not compared (the same
+    #: result, found or made)
+    found_in: str | None = field(default=None, compare=False)
+
+    @classmethod
+    def stored_fields(cls) -> list[str]:
+        """The fields ``summary.json`` holds."""
+        return [f.name for f in fields(cls) if f.name != "found_in"]
+
+    def stored(self) -> dict[str, Any]:
+        """What ``summary.json`` and the run's ``summary.json`` artifact hold."""
+        data = asdict(self)
+        return {k: data[k] for k in self.stored_fields()}
 
     @classmethod
     def of(cls, run_id: str, cfg: "RunConfig", status: str, steps_done: int, rewards: list[float],
@@ -36,10 +50,16 @@ class RunSummary:
                 "summary/time_per_step_s": self.time_per_step_s}
 
     def line(self, cfg: "RunConfig") -> str:
+        """The run's one line; a result found finished in the store says so first: ``already finished in <store>
+        (run <id>), not retrained``."""
         label = estimators.label(cfg.estimator.name, vars(cfg.estimator))  # the estimator's own, as analysis's
-        return (f"{label} seed={cfg.seed} {cfg.task.name}/{cfg.model.name}: {self.status} after {self.steps_done} steps, "
-                f"final reward {self.final_reward:.3f} (peak {self.peak_reward:.3f}), {self.time_per_step_s:.2f} s/step, "
-                f"mlflow run {self.run_id[:8]} sig {self.signature}")
+        what = f"{label} seed={cfg.seed} {cfg.task.name}/{cfg.model.name}"
+        result = (f"{self.status} after {self.steps_done} steps, final reward {self.final_reward:.3f} "
+                  f"(peak {self.peak_reward:.3f}), {self.time_per_step_s:.2f} s/step")
+        if self.found_in is not None:
+            return (f"{what}: already finished in {self.found_in} (run {self.run_id}), not retrained (--rerun trains "
+                    f"it again): {result}, sig {self.signature}")
+        return f"{what}: {result}, mlflow run {self.run_id[:8]} sig {self.signature}"
 
 
 def flat(d: dict, prefix: str = "") -> dict[str, object]:

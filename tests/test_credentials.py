@@ -178,4 +178,5 @@ def test_no_artifact_of_a_run_holds_the_password(mlflow_server, tmp_path):
     client = MlflowClient(f"http://127.0.0.1:{port}")
     (run,) = client.search_runs([client.get_experiment_by_name("creds").experiment_id])
     assert run.info.status == "FINISHED" and run.data.params["tracking.uri"] == f"http://127.0.0.1:{port}"
-    assert f"mlflow run {run.info.run_id[:8]}" in again.stdout  # answered by the one run, not trained again
+    # answered by the one run, not trained again, the store named without credentials
+    assert f"already finished in http://127.0.0.1:{port} (run {run.info.run_id}), not retrained" in again.stdout

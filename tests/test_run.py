@@ -157,3 +157,31 @@ def test_a_probe_of_a_spec_is_not_its_finished_run(tiny_overrides):
     assert "spec_sig" not in probe.data.tags and "group_sig" not in probe.data.tags
     summary = execute(cfg, progress=False)
     assert summary.run_id != probe.info.run_id and summary.steps_done == 2 and math.isfinite(summary.final_reward)
+
+
+def test_a_run_finished_in_the_store_says_so_and_mlflow_names_it_for_what_it_trained(tiny_overrides, capsys):
+    """Issue 27 item 8: the second command trains nothing and says so (it printed the fresh run's line before);
+    the MLflow run is named for what it trained (it was ``resilient-quail-678``) in an experiment of MLflow 3's
+    model-training kind (the UI's GenAI overview was its landing page)."""
+    import json
+
+    from harness.run import main
+    from harness.tracking import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
+
+    over = tiny_overrides("estimator=mean_n", "estimator.n=2", "seed=3", steps=2)
+    assert main(over) == 0
+    fresh = capsys.readouterr().out.strip().splitlines()[-1]
+    assert main(over) == 0
+    cached = capsys.readouterr().out.strip().splitlines()[-1]
+    cfg = load(over)
+    client = MlflowClient(cfg.tracking_uri)
+    exp = client.get_experiment_by_name("test")
+    (run,) = client.search_runs([exp.experiment_id])
+    assert fresh.startswith("mean_n(n=2) seed=3 sort/moe_tiny: finished after 2 steps") and "not retrained" not in fresh
+    assert cached.startswith(f"mean_n(n=2) seed=3 sort/moe_tiny: already finished in {cfg.tracking_uri} (run "
+                             f"{run.info.run_id}), not retrained (--rerun trains it again): finished after 2 steps")
+    assert run.info.run_name == "mean_n(n=2) s3"
+    assert exp.tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND == "custom_model_development"
+    assert "found_in" not in json.loads((cfg.run_dir / "summary.json").read_text())  # the run's record, not this answer
+    named = load(tiny_overrides("tracking.run_name=mine", "seed=4", steps=2, name="named"))
+    assert client.get_run(execute(named, progress=False).run_id).info.run_name == "mine"  # a chosen name is kept

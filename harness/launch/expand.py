@@ -64,8 +64,10 @@ def run_overrides(spec: SweepSpec, extra: list[str] = ()) -> list[str]:
     return out + list(extra)
 
 
-def build_run(spec: SweepSpec, overrides: list[str], name: str = "") -> RunConfig:
-    """Compose + validate one run; tracking and out_dir come from the sweep (not identity keys)."""
+def build_run(spec: SweepSpec, overrides: list[str], name: str = "", varying: str | None = None) -> RunConfig:
+    """Compose + validate one run; tracking and out_dir come from the sweep (not identity keys). Its MLflow run's
+    name: ``name`` if given (a tune trial's), else, with ``varying`` (a planned run's keys that vary across the
+    sweep), :func:`sweep_run_name`."""
     data = compose(run_overrides(spec) + list(overrides))
     data.setdefault("tracking", {})
     data["tracking"]["experiment"] = spec.experiment
@@ -76,7 +78,18 @@ def build_run(spec: SweepSpec, overrides: list[str], name: str = "") -> RunConfi
     data["out_dir"] = None
     cfg = build(data)
     cfg.out_dir = str(spec.runs_dir / spec.experiment / cfg.signature)  # not an identity key
+    if not name and varying is not None:
+        cfg.tracking.run_name = sweep_run_name(cfg, varying)  # not an identity key either
     return cfg
+
+
+def sweep_run_name(cfg: RunConfig, varying: str) -> str:
+    """A sweep run's MLflow name: what it trains (``harness.tracking.run_name``: the estimator's label and the seed)
+    and the other keys that vary across the sweep, e.g. ``mean_n(n=8) s3 task=addition``."""
+    from harness.tracking import run_name
+
+    rest = [kv for kv in varying.split() if not kv.startswith(("estimator=", "estimator.", "seed="))]
+    return " ".join([run_name(cfg), *rest])
 
 
 def validate(spec: SweepSpec, runs: list[PlannedRun] | None = None) -> list[PlannedRun]:
@@ -87,7 +100,7 @@ def validate(spec: SweepSpec, runs: list[PlannedRun] | None = None) -> list[Plan
     errors: list[tuple[PlannedRun, ConfigError]] = []
     for r in runs:
         try:
-            r.cfg = build_run(spec, r.overrides, name=r.name or spec.name)
+            r.cfg = build_run(spec, r.overrides, varying=r.name)
         except ConfigError as exc:
             errors.append((r, exc))
     if errors:

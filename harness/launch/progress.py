@@ -18,11 +18,16 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def prepare_tracking(spec: SweepSpec, cfg: RunConfig) -> None:
     """Create the MLflow store and the sweep's experiment once, before jobs race to do it."""
-    from harness.tracking import client_for, experiment_id
+    from harness.tracking import ExperimentDeleted, StoreError, client_for, experiment_id
 
     uri = cfg.tracking_uri
     try:
         experiment_id(client_for(uri), spec.experiment, uri)
+    except ExperimentDeleted as exc:  # exit 2: restore it or choose another
+        raise SweepError(str(ExperimentDeleted(exc.name, exc.experiment_id, uri, key="experiment")),
+                         key="experiment") from None
+    except StoreError as exc:  # locked past the deadline, disk full: its own line
+        raise SubmissionError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001
         from harness.uri import redact
 

@@ -385,3 +385,12 @@ def test_agentic_is_r3_over_replay_coverage_beside_mean_8_and_recompute():
     assert all(r.cfg.tracking.experiment == "agentic" for r in runs)
     spec = load_spec(SWEEPS / "agentic.yaml")
     assert spec.launcher.name == "local" and spec.launcher.array_parallelism == 2
+
+
+def test_sweep_runs_are_named_for_what_they_train():
+    """The MLflow run name: the estimator's label and the seed, then the other keys that vary (issue 27 item 8)."""
+    assert [r.cfg.tracking.run_name for r in runs_of("n_sweep") if r.cfg.seed == 3] == [
+        f"mean_n(n={n}) s3" for n in (1, 2, 4, 8, 16)]
+    names = {r.cfg.tracking.run_name for r in runs_of("noise_bias")}
+    assert "mean_n(n=8) s4 inference.router_noise_sigma=0.0 inference.bias_delta=0.3" in names
+    assert len(names) == 100
