@@ -53,6 +53,10 @@ class ToolFakeVLLMServer(StepFakeVLLMServer):
     then an answer, with known sampling log-probs. Scoring requests (``prompt_logprobs``) are
     ``StepFakeVLLMServer``'s: fresh noise per pass, and the engine step each pass shares with other requests."""
 
+    # a 50 ms engine step: the agent loop tokenizes in a thread pool, so on a busy machine a conversation's passes
+    # could otherwise each finish in one event-loop turn before another conversation's arrive (no overlap to test)
+    step_s = 0.05
+
     def __init__(self, tokenizer, **kwargs):
         super().__init__(**kwargs)
         self.turns = [tokenizer.convert_tokens_to_ids(TURN1), tokenizer.convert_tokens_to_ids(TURN2)]

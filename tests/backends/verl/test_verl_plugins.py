@@ -238,7 +238,10 @@ def test_mean_n_old_logprob_in_verls_loss_equals_local(spec):
 
 class StepFakeVLLMServer(FakeVLLMServer):
     """FAKE vLLM server (as FakeVLLMServer) whose requests take one engine 'step' (an event-loop turn):
-    it records which requests are in flight together, i.e. would share an engine step's batch."""
+    it records which requests are in flight together, i.e. would share an engine step's batch. ``step_s``: how
+    long the step lasts (0: one event-loop turn)."""
+
+    step_s = 0.0
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -251,7 +254,7 @@ class StepFakeVLLMServer(FakeVLLMServer):
         entry = (request_id, tuple(prompt_ids))
         self.in_flight.append(entry)
         self.batches.append([seq for _, seq in self.in_flight])
-        await asyncio.sleep(0)  # the engine step: every request sent before it is batched with this one
+        await asyncio.sleep(self.step_s)  # the engine step: every request sent before it is batched with this one
         self.in_flight.remove(entry)
         return await super().generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params)
 
