@@ -16,8 +16,8 @@ order by the CPU they find:
 Both are read once per process, before torch's first operator (ATen) or MKL's first call; :func:`pin` sets them
 in the environment (so the processes a run starts, an overlap rollout process or a submitit job, inherit them) and
 :func:`check`, called before a local run computes anything, refuses to train when they did not take effect (an
-operator ran before the pin). The price: GEMMs on SSE2, ~1.4x the step time on a 2-core AVX-512 machine
-(``benchmarks/numerics_cost.py``, docs/speed.md).
+operator ran before the pin). The price: GEMMs on SSE2, 1.35x (recompute) to 1.40x (mean_n n=8) the step time
+on a 2-core AVX-512 machine (``benchmarks/numerics_cost.py``, docs/speed.md).
 
 What cannot be pinned is recorded: :func:`fingerprint` (torch, MKL branch, ATen capability, CPU model) goes with
 every local run (tag ``numerics.fingerprint``) and every golden entry. Its ``key`` is what bitwise identity is
