@@ -35,9 +35,10 @@ class RunInProgress(RuntimeError):
 class RunLock:
     """The exclusive lock of one run folder (module docstring); :meth:`acquire` never waits."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, file: str = LOCK_FILE, doing: str = "is training the run of"):
         self.folder = Path(folder)
-        self.path = self.folder / LOCK_FILE
+        self.path = self.folder / file
+        self.doing = doing  # what the holder is doing, for the message
         self.fd: int | None = None
 
     @property
@@ -57,7 +58,7 @@ class RunLock:
             os.close(fd)
             raise RunInProgress(
                 f"run in progress (pid {holder.get('pid', '?')}, host {holder.get('host', '?')}): another process "
-                f"is training the run of {self.folder}; wait for it to end, or stop it (the same command then "
+                f"{self.doing} {self.folder}; wait for it to end, or stop it (the same command then "
                 f"resumes its checkpoint)") from None
         except BaseException:
             os.close(fd)

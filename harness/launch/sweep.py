@@ -27,6 +27,7 @@ from harness.launch.expand import PlannedRun, validate
 from harness.launch.jobs import JobsDB, job_states
 from harness.launch.progress import finished_in_store, prepare_tracking
 from harness.launch.spec import SweepError, SweepSpec, load_spec
+from harness.runlock import RunInProgress, RunLock
 from harness.record import CHECKPOINT_FILE, SUMMARY_FILE
 
 
@@ -88,10 +89,30 @@ def archive_finished(run_dir: Path, run_files: tuple[str, ...] = ()) -> None:
 
 
 def submit_sweep(spec: SweepSpec, rerun: bool = False, dry_run: bool = False, out=None) -> list[Decision]:
-    """Validate, plan and submit; returns the decisions (what was submitted, skipped, left alone)."""
+    """Validate, plan and submit; returns the decisions (what was submitted, skipped, left alone). Planning and
+    submitting hold the sweep folder's ``submit.lock`` (not for a dry run): two submissions of one sweep at once
+    would both see its runs as not submitted and submit them twice; the second stops, exit 2, naming the first."""
     out = sys.stdout if out is None else out
     t0 = time.time()
     runs = validate(spec)
+    if dry_run:
+        return _submit(spec, runs, rerun, True, out, t0)
+    lock = RunLock(spec.sweep_dir, "submit.lock", "is submitting the sweep in")
+    try:
+        spec.sweep_dir.mkdir(parents=True, exist_ok=True)
+        lock.acquire()
+    except RunInProgress as exc:
+        raise SweepError(f"sweep {spec.name}: {str(exc).split(';')[0].replace('run in progress', 'submission in progress')}"
+                         f"; run it again once that one has submitted (it then skips or leaves alone what is submitted)",
+                         key="name") from None
+    try:
+        return _submit(spec, runs, rerun, False, out, t0)
+    finally:
+        lock.release()
+
+
+def _submit(spec: SweepSpec, runs: list[PlannedRun], rerun: bool, dry_run: bool, out, t0: float) -> list[Decision]:
+    """The plan and the submission of :func:`submit_sweep` (under its lock)."""
     decisions = plan(spec, runs, rerun=rerun)
     todo = [d for d in decisions if d.action == "submit"]
     n_fin = sum(d.action == "finished" for d in decisions)

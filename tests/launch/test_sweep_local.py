@@ -91,3 +91,27 @@ def test_the_heartbeat_says_done_running_queued_and_elapsed():
 
     states = {"1": JobState("RUNNING", True), "2": JobState("PENDING", True), "3": JobState("DONE", False)}
     assert heartbeat(10, 7, states, 90.0) == "[3/10] waiting: 3 done, 1 job(s) running, 1 queued (1.5 min)"
+
+
+def test_a_second_submission_of_a_sweep_in_progress_is_refused(store, capsys):
+    """Two submissions of one sweep at once would both plan its runs as not submitted (issue 27 item 2): while one
+    holds the sweep folder's submit.lock, the other exits 2 naming it and writes no job; once released, it submits."""
+    from harness.runlock import RunLock
+
+    root, uri = store
+    args = [str(SWEEPS / "tiny.yaml"), "launcher=local", "grid.estimator=[recompute]", "seeds=[0]",
+            *where(root, uri, "twice")]
+    spec = load_spec(args[0], args[1:])
+    spec.sweep_dir.mkdir(parents=True, exist_ok=True)
+    held = RunLock(spec.sweep_dir, "submit.lock", "is submitting the sweep in")
+    held.acquire()
+    try:
+        assert sweep.main(args) == 2
+        err = capsys.readouterr().err
+        assert "submission in progress (pid" in err and "run it again" in err and "Traceback" not in err
+        assert not JobsDB(spec.sweep_dir).runs
+    finally:
+        held.release()
+    assert sweep.main(args) == 0
+    assert "1 to submit" in capsys.readouterr().out
+    wait_sweep(spec, timeout=180)
