@@ -7,7 +7,7 @@ who logs the same metric names and run tags.
 
 Modules (one concept each)::
 
-    config    AnalysisConfig: every pre-registered parameter, printed under every table
+    config    AnalysisConfig: every analysis parameter, printed under every table
     load      MLflow experiment -> Experiment (runs, labels, full metric histories, probe runs)
     histories an experiment's runs and full histories <-> one .json.gz file (`export`, `report --from`)
     measures  per-run definitions: smoothing, collapse onset, change point, convergence, peak/final/AUC

@@ -17,7 +17,7 @@ EPILOG = """examples:
   python -m analysis export --experiment ablation --out docs/results/ablation.json.gz   # runs + full histories
   python -m analysis report --from docs/results/ablation.json.gz   # the same report, no MLflow store
   python -m analysis list
-  python -m analysis params            # the pre-registered definitions and their defaults
+  python -m analysis params            # the definitions and their defaults
   python -m analysis readme docs/results.md  # refill the results' generated tables from docs/results/
   python -m analysis validate          # the collapse detector on labelled curves (synthetic + analysis/labelled)
   python -m analysis report -e calibrated --primary "recompute|mean_n(n=8)" --primary "trend:mean_n over n"

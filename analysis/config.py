@@ -1,4 +1,4 @@
-"""The analysis parameters: one frozen dataclass, pre-registered defaults (docs/design.md section 5).
+"""The analysis parameters: one frozen dataclass, one home for the defaults (docs/design.md section 5).
 
 Every table the analysis writes is followed by :meth:`AnalysisConfig.describe`, so a number is never
 separated from the definition that produced it. Override from the CLI with ``--set key=value``

@@ -1,4 +1,4 @@
-"""Per-run measures: the pre-registered definitions of docs/design.md section 5, in one module.
+"""Per-run measures: the definitions of docs/design.md section 5, in one module.
 
 Notation: a run's reward history ``r[i]`` at logged steps ``step[i]`` (i = 0..T-1, sorted),
 ``S[i]`` its smoothed reward, parameters from :class:`analysis.config.AnalysisConfig`.
