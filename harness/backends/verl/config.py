@@ -40,7 +40,7 @@ MAX_LLM_LR = 1e-4
 TOOL_FILES = {".py": "function_tool_path", ".yaml": "tool_config_path", ".yml": "tool_config_path"}
 #: verl keys added after the first verl runs were signed: each enters the signature only when set (not null),
 #: so the signatures of existing specs stay (harness.config.signature)
-LATER_KEYS = ("tools",)
+LATER_KEYS = ("tools", "checkpoint_dir")
 
 
 @dataclass
@@ -119,6 +119,10 @@ class VerlConfig:
     #: relative to the project root. Set, the rollout runs verl's ToolAgentLoop (the estimator's own multi-turn
     #: loop: mean_n's ``harness_mean_n_tool``); null = single-turn. docs/verl.md, "multi-turn mean_n"
     tools: Optional[str] = None
+    #: where verl's checkpoints go: an absolute folder (a shared filesystem with room for them, e.g. a scratch
+    #: space: a Qwen3-30B-A3B checkpoint with Adam states is ~400 GB); each run writes
+    #: ``<checkpoint_dir>/<experiment>/<signature>``. null = ``<run_dir>/verl_checkpoints`` (the project folder)
+    checkpoint_dir: Optional[str] = None
 
 
 def estimator_mapping(cfg: "RunConfig") -> "Verl":
@@ -167,6 +171,9 @@ def validate(cfg: "RunConfig") -> "RunConfig":
     _one_of(p.recompute, RECOMPUTE, "verl.parallel.recompute")
     _require(p.recompute_num_layers >= 1, "verl.parallel.recompute_num_layers",
              f"must be >= 1, got {p.recompute_num_layers}")
+    _require(v.checkpoint_dir is None or (isinstance(v.checkpoint_dir, str) and Path(v.checkpoint_dir).is_absolute()),
+             "verl.checkpoint_dir", f"must be an absolute folder (e.g. verl.checkpoint_dir=/scratch/$USER/ckpt) "
+             f"or null (<run_dir>/verl_checkpoints), got {v.checkpoint_dir!r}")
     _require(v.gpu_memory_gb > 0, "verl.gpu_memory_gb", f"must be > 0, got {v.gpu_memory_gb}")
     _one_of(v.rollout, ROLLOUT_ENGINES, "verl.rollout")
     # the estimator: mapped (else refused), and its own verl-only checks

@@ -11,7 +11,11 @@ GPUs and nodes come from the spec (``verl.nnodes``, ``verl.gpus_per_node``), tim
 account from :class:`SlurmResources` (launcher settings, not part of the run's signature).
 Preemption or the time limit requeues the job (``--requeue`` and a USR1 trap / submitit's
 checkpoint); the requeued job continues the same MLflow run (``<run_dir>/mlflow_run_id``) and verl
-resumes from its last checkpoint (``trainer.resume_mode=auto`` in ``<run_dir>/verl_checkpoints``).
+resumes from its last checkpoint (``trainer.resume_mode=auto`` in ``<run_dir>/verl_checkpoints`` or
+``verl.checkpoint_dir``). Before the time limit verl saves early: the job's end time (Slurm) minus the
+USR1 lead and the save budget (``memory.save_budget_s``) is exported to verl's early-save hook
+(``should_save_ckpt_esi`` reads ``ESI_ENV``), and the USR1 handler requeues only once no save is under way
+(:func:`wait_for_save`).
 """
 from __future__ import annotations
 
@@ -42,6 +46,12 @@ JOIN_TIMEOUT_S = NODES_TIMEOUT_S
 JOIN_BACKOFF_S = (2.0, 30.0)  # first wait between tries, doubling up to the second
 POLL_S = 10.0  # a joined worker checks for the head's last word / the head's health this often
 HEAD_LOST_AFTER = 3  # failed health checks in a row: the head is gone
+#: the expiry (Unix seconds) verl's early-save hook reads (verl.utils.checkpoint.checkpoint_manager.
+#: should_save_ckpt_esi): after each step, verl saves when expiry - now <= 60 s + its longest step + esi_redundant_time
+ESI_ENV = "MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"
+SIGNAL_ENV = "HARNESS_SIGNAL_BEFORE_S"  # the USR1 lead (s) the node process plans the early save for
+REQUEUE_MARGIN_S = 30.0  # the USR1 handler requeues at the latest this long before the end time
+SAVE_POLL_S = 5.0
 
 
 @dataclass
@@ -136,11 +146,15 @@ def sbatch_script(cfg: RunConfig, res: SlurmResources | None = None, python: str
         lines.append("#SBATCH --exclusive")
     lines += [f"#SBATCH {x}" for x in res.extra_sbatch]
     node = [python or sys.executable, "-m", "harness.backends.verl.launch", "node", "--spec", str(spec)]
+    requeue = shlex.join([python or sys.executable, "-m", "harness.backends.verl.launch", "requeue", "--spec", str(spec)])
     lines += ["set -euo pipefail",
               f"cd {shlex.quote(str(ROOT))}",
               *res.setup,
-              "# near the time limit: requeue; the job resumes from verl's last checkpoint, same MLflow run",
-              'trap \'echo "[harness] time limit near: requeue"; scontrol requeue "$SLURM_JOB_ID"\' USR1',
+              f"export {SIGNAL_ENV}={res.signal_before_s}",
+              "# near the time limit: verl has saved early (its ESI hook, fed the end time); requeue once no save is",
+              "# under way; the job resumes from verl's last checkpoint, same MLflow run",
+              f'on_usr1() {{ {requeue} || scontrol requeue "$SLURM_JOB_ID"; }}',
+              "trap on_usr1 USR1",
               f"srun --kill-on-bad-exit=1 --nodes={v.nnodes} --ntasks-per-node=1 {shlex.join(node)} &",
               "wait $!"]
     return "\n".join(lines) + "\n"
@@ -154,16 +168,115 @@ class VerlJob(Checkpointable):
     """A submitit callable run on every node of the allocation (``tasks_per_node=1``); on timeout or
     preemption submitit calls ``checkpoint`` and requeues it, and verl resumes from its checkpoint."""
 
-    def __init__(self, spec: dict[str, Any]):
+    def __init__(self, spec: dict[str, Any], signal_before_s: int = SlurmResources.signal_before_s):
         self.spec = spec
+        self.signal_before_s = signal_before_s  # slurm_parameters' slurm_signal_delay_s
 
     def __call__(self) -> dict[str, Any]:
         from harness.config import build
 
+        os.environ[SIGNAL_ENV] = str(self.signal_before_s)
         return node_main(build(self.spec))
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedSubmission:
-        return DelayedSubmission(VerlJob(self.spec), *args, **kwargs)
+        from harness.backends.verl.translate import checkpoint_root
+        from harness.config import build
+
+        cfg = build(self.spec)
+        if _node_rank() == 0:  # the head's verl saves: requeue once its save is complete
+            wait_for_save(checkpoint_root(cfg), _requeue_deadline(self.signal_before_s))
+        return DelayedSubmission(VerlJob(self.spec, self.signal_before_s), *args, **kwargs)
+
+
+# ------------------------------------------------------------------------------ saving before the time limit
+def slurm_end_time(env: dict[str, str] | None = None) -> float | None:
+    """This Slurm job's end time (Unix seconds): ``SLURM_JOB_END_TIME`` if set, else ``squeue -o %e`` (local time);
+    None outside a job or when Slurm does not say."""
+    import datetime
+
+    env = os.environ if env is None else env
+    if env.get("SLURM_JOB_END_TIME", "").isdigit():
+        return float(env["SLURM_JOB_END_TIME"])
+    job = env.get("SLURM_JOB_ID")
+    if not job:
+        return None
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%e"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    try:
+        return datetime.datetime.fromisoformat(out.stdout.strip()).timestamp() if out.returncode == 0 else None
+    except ValueError:  # N/A, Unknown, NONE: no time limit
+        return None
+
+
+def esi_environment(cfg: RunConfig, signal_before_s: float | None = None, end: float | None = None) -> dict[str, str]:
+    """``{ESI_ENV: expiry}`` for verl's early-save hook: the job's end time minus the USR1 lead and the save budget
+    (``memory.save_budget_s``, from the checkpoint's size), so verl's last save completes before the USR1 handler
+    requeues. Empty when verl saves no checkpoints (``trainer.checkpoint_every <= 0``) or the end time is unknown."""
+    from harness.backends.verl.memory import save_budget_s
+
+    if cfg.trainer.checkpoint_every <= 0:
+        return {}
+    end = slurm_end_time() if end is None else end
+    if end is None:
+        return {}
+    lead = float(os.environ.get(SIGNAL_ENV, SlurmResources.signal_before_s)) if signal_before_s is None else signal_before_s
+    return {ESI_ENV: f"{end - lead - save_budget_s(cfg):.0f}"}
+
+
+def _requeue_deadline(signal_before_s: float | None = None) -> float:
+    end = slurm_end_time()
+    if end is None:
+        lead = float(os.environ.get(SIGNAL_ENV, SlurmResources.signal_before_s)) if signal_before_s is None else signal_before_s
+        end = time.time() + lead
+    return end - REQUEUE_MARGIN_S
+
+
+def save_in_progress(root: Path) -> str | None:
+    """The ``global_step_*`` folder verl is writing (newer than the step its tracker names), else None."""
+    import re
+
+    from harness.backends.verl.runner import CKPT_TRACKER
+
+    try:
+        latest = int((root / CKPT_TRACKER).read_text().strip())
+    except (OSError, ValueError):
+        latest = -1
+    try:
+        steps = [int(m.group(1)) for p in root.iterdir() if (m := re.fullmatch(r"global_step_(\d+)", p.name))]
+    except OSError:
+        return None
+    newer = [n for n in steps if n > latest]
+    return f"global_step_{max(newer)}" if newer else None
+
+
+def wait_for_save(root: Path, deadline: float, poll_s: float = SAVE_POLL_S, sleep=time.sleep,
+                  clock=time.time) -> bool:
+    """Wait while verl writes a checkpoint under ``root`` (:func:`save_in_progress`), at most until ``deadline``
+    (Unix seconds). True when no save is under way (any more), False when the deadline cut the wait short."""
+    while True:
+        busy = save_in_progress(root)
+        if busy is None:
+            return True
+        if clock() >= deadline:
+            print(f"[harness] the save of {busy} is not complete at the deadline: requeue anyway "
+                  "(the job resumes from the checkpoint before it)", flush=True)
+            return False
+        print(f"[harness] waiting for verl's save of {busy} before requeueing", flush=True)
+        sleep(min(poll_s, max(0.0, deadline - clock())))
+
+
+def requeue(cfg: RunConfig) -> int:
+    """The USR1 handler of the sbatch script: wait for verl's save (:func:`wait_for_save`), then
+    ``scontrol requeue`` this job."""
+    from harness.backends.verl.translate import checkpoint_root
+
+    root = checkpoint_root(cfg)
+    wait_for_save(root, _requeue_deadline())
+    job = os.environ.get("SLURM_JOB_ID")
+    print(f"[harness] time limit near: requeue job {job} (checkpoints: {root})", flush=True)
+    return subprocess.run(["scontrol", "requeue", str(job)], check=False).returncode
 
 
 # ------------------------------------------------------------------------------ inside the job
@@ -325,6 +438,11 @@ def node_main(cfg: RunConfig, port: int | None = None) -> dict[str, Any]:
     from harness.backends.verl.runner import summary
 
     v = cfg.verl
+    esi = esi_environment(cfg)
+    if esi:  # inherited by main_ppo (one node) or the raylets (several): verl's trainer reads it
+        os.environ.update(esi)
+        print(f"[harness] verl saves early from {time.strftime('%H:%M:%S', time.localtime(float(esi[ESI_ENV])))} "
+              f"on ({ESI_ENV}={esi[ESI_ENV]})", flush=True)
     if v.nnodes == 1:
         train(cfg)
         return summary(cfg) or {}
@@ -373,10 +491,14 @@ def main(argv: list[str] | None = None) -> int:
     script.add_argument("--account")
     script.add_argument("--time-min", type=int, default=24 * 60)
     script.add_argument("overrides", nargs="*")
+    again = sub.add_parser("requeue", help="the USR1 handler: requeue this job once verl's save is complete")
+    again.add_argument("--spec", required=True)
     args = ap.parse_args(argv)
     if args.cmd == "node":
         node_main(read_spec(args.spec))
         return 0
+    if args.cmd == "requeue":
+        return requeue(read_spec(args.spec))
     from harness.config import load
 
     cfg = load(list(args.overrides))

@@ -141,6 +141,40 @@ def params(cfg: "RunConfig") -> Params:
     return Params(attention=attention, experts=experts, router=router, embeddings=embeddings, moe=moe)
 
 
+#: bytes per parameter of a verl checkpoint (model + optimizer + extra): FSDP fp32 weights + Adam m, v;
+#: megatron bf16 weights + fp32 master + m, v
+CKPT_BYTES = {"fsdp": 12, "fsdp2": 12, "megatron": 14}
+#: assumed write speed (GB/s, the whole job) to the checkpoint folder; HARNESS_CKPT_WRITE_GBPS sets it
+CKPT_WRITE_GBPS = 1.0
+SAVE_FLOOR_S = 60.0  # the shortest save budget
+
+
+def checkpoint_gb(cfg: "RunConfig") -> float:
+    """The size of one verl checkpoint of this spec (GB), from the architecture."""
+    return params(cfg).total * CKPT_BYTES.get(cfg.verl.strategy, 12) / GB
+
+
+def write_gbps() -> float:
+    import os
+
+    from harness.errors import ConfigError
+
+    raw = os.environ.get("HARNESS_CKPT_WRITE_GBPS", str(CKPT_WRITE_GBPS))
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ConfigError("HARNESS_CKPT_WRITE_GBPS", f"HARNESS_CKPT_WRITE_GBPS must be a write speed in GB/s > 0 "
+                          f"(e.g. 2.5), got {raw!r}")
+    return value
+
+
+def save_budget_s(cfg: "RunConfig") -> float:
+    """Seconds one checkpoint save may take: its size at :func:`write_gbps`, at least ``SAVE_FLOOR_S``."""
+    return max(SAVE_FLOOR_S, checkpoint_gb(cfg) / write_gbps())
+
+
 def tokens_per_micro_batch(cfg: "RunConfig") -> int:
     p, d = cfg.verl.parallel, cfg.verl.data
     return p.max_token_len_per_gpu if p.use_dynamic_bsz else p.micro_batch_per_gpu * (d.max_prompt_length + d.max_response_length)
@@ -204,6 +238,8 @@ def plan(cfg: "RunConfig") -> Plan:
             notes.append(f"host memory per node: ~{16 * c.total / GB * v.gpus_per_node / n:.0f} GB of "
                          "fp32 weights, grads and Adam states (CPUOffloadPolicy)")
     layout += f", {s} tokens per micro batch"
+    notes.append(f"checkpoint (weights + Adam): ~{checkpoint_gb(cfg):.0f} GB; the early save before the Slurm time "
+                 f"limit gets {save_budget_s(cfg):.0f} s ({write_gbps():g} GB/s; HARNESS_CKPT_WRITE_GBPS sets it)")
     return Plan(params_total=c.total, layout=layout, weights=weights / GB, grads=grads / GB, optimizer=opt_gpu / GB,
                 optimizer_cpu=p.cpu_adam, activations=act / GB, logits=logits / GB,
                 fsdp_gathered=gathered / GB, rollout_vllm=p.gpu_memory_utilization * v.gpu_memory_gb,

@@ -209,6 +209,19 @@ class VerlRecord(RunRecord):
 
     run_id: str | None = None  # the folder's MLflow run, to resume
 
+    def _archive(self, *names: str) -> None:
+        """The run folder's files (RunRecord), and the checkpoints kept outside it (``verl.checkpoint_dir``) with
+        them: a run set aside never resumes from its checkpoints."""
+        super()._archive(*names)
+        root = translate.checkpoint_root(self.cfg)
+        if translate.CHECKPOINT_DIR in names and self.cfg.verl.checkpoint_dir and root.exists():
+            from harness.record import RunFolderError, _stamp
+
+            try:
+                root.replace(root.with_name(f"{root.name}.prev-{_stamp()}"))
+            except OSError as exc:
+                raise RunFolderError(f"cannot move {root} aside: {exc.strerror or exc}") from None
+
     def prepare(self) -> dict[str, Any] | None:
         """The store is reachable; the folder holds nothing of another spec (IdentityError); returns the
         folder's result if it answers this spec (:func:`finished`), else None (train; resume ``run_id`` if set)."""
@@ -330,17 +343,18 @@ def finished(client, cfg: RunConfig, after_ms: int = 0) -> dict[str, Any] | None
 CKPT_TRACKER = "latest_checkpointed_iteration.txt"
 
 
-def prune_checkpoints(run_dir) -> list:
+def prune_checkpoints(run_dir, root=None) -> list:
     """Delete the superseded ``global_step_*`` folders of ``<run_dir>/verl_checkpoints``: every one but the step
     verl's tracker names (the one ``resume_mode=auto`` resumes). verl's ``max_actor_ckpt_to_keep=1`` only knows the
     checkpoints its own process saved (``previous_saved_paths`` starts empty), so each requeue leaves the checkpoint
     it resumed from behind (~400 GB for Qwen3-30B-A3B with Adam states); a folder newer than the tracker is a save
-    cut short. Nothing is deleted without a tracker naming an existing folder. Returns the deleted folders."""
+    cut short. Nothing is deleted without a tracker naming an existing folder. Returns the deleted folders.
+    ``root``: the checkpoint folder when it is not the run folder's (``verl.checkpoint_dir``)."""
     import re
     import shutil
     from pathlib import Path
 
-    root = Path(run_dir) / translate.CHECKPOINT_DIR
+    root = Path(root) if root is not None else Path(run_dir) / translate.CHECKPOINT_DIR
     try:
         keep = root / f"global_step_{int((root / CKPT_TRACKER).read_text().strip())}"
     except (OSError, ValueError):
@@ -408,14 +422,14 @@ def train(cfg: RunConfig, tracker: "Tracker | None" = None, rerun: bool = False,
         # a single-node job starts Ray itself: give it the CPUs Slurm allotted, not the node's count
         argv.append(f"ray_kwargs.ray_init.num_cpus={int(os.environ['SLURM_CPUS_PER_TASK'])}")
     print(f"[harness] MLflow run {tracker.run_id}; running: {shown(cfg, argv)}", flush=True)
-    prune_checkpoints(cfg.run_dir)  # what earlier attempts left beside the one verl resumes
+    prune_checkpoints(cfg.run_dir, translate.checkpoint_root(cfg))  # what earlier attempts left beside the one verl resumes
     try:
         proc = subprocess.run(argv, env={**os.environ, **env})
     except BaseException as exc:  # an interrupt: the run ends KILLED (RunRecord.end), verl resumes it
         record.end(exc)
         raise
     finally:
-        prune_checkpoints(cfg.run_dir)  # the one verl resumed from, now superseded by its later saves
+        prune_checkpoints(cfg.run_dir, translate.checkpoint_root(cfg))  # the one verl resumed from, now superseded by its later saves
     # set after verl has exited: its MLflow adapter may have ended the run FINISHED in its teardown
     if proc.returncode != 0:
         tracker.set_tags({"status": "failed"})

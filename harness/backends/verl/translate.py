@@ -41,6 +41,14 @@ REWARD_FILE = Path(__file__).with_name("reward.py")
 CHECKPOINT_DIR = "verl_checkpoints"
 
 
+def checkpoint_root(cfg: RunConfig) -> Path:
+    """verl's ``trainer.default_local_dir``: ``<verl.checkpoint_dir>/<experiment>/<signature>`` when set (a folder
+    outside the project, e.g. on a scratch filesystem), else ``<run_dir>/verl_checkpoints``."""
+    if cfg.verl.checkpoint_dir:
+        return Path(cfg.verl.checkpoint_dir) / cfg.tracking.experiment / cfg.signature
+    return cfg.run_dir / CHECKPOINT_DIR
+
+
 def _kv(items: list[tuple[str, Any]]) -> list[str]:
     return [f"{k}={hydra_value(v)}" for k, v in items]
 
@@ -217,7 +225,7 @@ def overrides(cfg: RunConfig, commit: str | None = None, env: dict[str, str] | N
             ("trainer.total_epochs", 100000), ("trainer.critic_warmup", 0),
             ("trainer.save_freq", tr.checkpoint_every if tr.checkpoint_every > 0 else -1),
             ("trainer.max_actor_ckpt_to_keep", 1), ("trainer.resume_mode", "auto"),
-            ("trainer.default_local_dir", str(cfg.run_dir / CHECKPOINT_DIR)),
+            ("trainer.default_local_dir", str(checkpoint_root(cfg))),
             ("trainer.test_freq", v.val_every if v.val_every > 0 else -1), ("trainer.val_before_train", v.val_every > 0)]
 
     # our block (read by the plugins: MLflow tags, mean_n's n) and the workers' environment
