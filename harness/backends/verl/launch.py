@@ -175,7 +175,7 @@ class VerlJob(Checkpointable):
     def __call__(self) -> dict[str, Any]:
         from harness.config import build
 
-        os.environ[SIGNAL_ENV] = str(self.signal_before_s)
+        os.environ.setdefault(SIGNAL_ENV, str(self.signal_before_s))  # the job's environment wins
         return node_main(build(self.spec))
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedSubmission:
