@@ -221,15 +221,18 @@ def esi_environment(cfg: RunConfig, signal_before_s: float | None = None, end: f
     end = slurm_end_time() if end is None else end
     if end is None:
         return {}
-    lead = float(os.environ.get(SIGNAL_ENV, SlurmResources.signal_before_s)) if signal_before_s is None else signal_before_s
-    return {ESI_ENV: f"{end - lead - save_budget_s(cfg):.0f}"}
+    return {ESI_ENV: f"{end - _lead(signal_before_s) - save_budget_s(cfg):.0f}"}
+
+
+def _lead(signal_before_s: float | None = None) -> float:
+    """How long before the end time USR1 comes: the argument, else ``HARNESS_SIGNAL_BEFORE_S``, else 300 s."""
+    return float(os.environ.get(SIGNAL_ENV, SlurmResources.signal_before_s)) if signal_before_s is None else signal_before_s
 
 
 def _requeue_deadline(signal_before_s: float | None = None) -> float:
     end = slurm_end_time()
     if end is None:
-        lead = float(os.environ.get(SIGNAL_ENV, SlurmResources.signal_before_s)) if signal_before_s is None else signal_before_s
-        end = time.time() + lead
+        end = time.time() + _lead(signal_before_s)
     return end - REQUEUE_MARGIN_S
 
 
