@@ -20,7 +20,7 @@ from harness import backends, estimators, tasks
 from harness.backends.verl.config import LATER_KEYS as VERL_LATER_KEYS, VerlConfig
 from harness.errors import ConfigError  # noqa: F401  (re-exported: ``from harness.config import ConfigError``)
 from harness.errors import one_of as _one_of, require as _require
-from harness.uri import redact, resolve_tracking_uri
+from harness.uri import home, redact, resolve_tracking_uri
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
@@ -212,14 +212,14 @@ class RunConfig:
 
     @property
     def tracking_uri(self) -> str:
-        """``tracking.uri`` > ``$MLFLOW_TRACKING_URI`` > ``sqlite:///<project>/mlruns.db`` (``harness/uri.py``)."""
+        """``tracking.uri`` > ``$MLFLOW_TRACKING_URI`` > ``sqlite:///<home>/mlruns.db`` (``harness/uri.py``)."""
         return resolve_tracking_uri(self.tracking.uri)
 
     @property
     def run_dir(self) -> Path:
-        """``out_dir``, or ``runs/<experiment>/<signature>``: the same spec logged to two MLflow experiments is
-        two runs (each experiment holds all of its runs), the same spec in one experiment is one run."""
-        return Path(self.out_dir) if self.out_dir else ROOT / "runs" / self.tracking.experiment / self.signature
+        """``out_dir``, or ``<home>/runs/<experiment>/<signature>`` (``harness.uri.home``): the same spec logged to two
+        MLflow experiments is two runs (each experiment holds all of its runs), the same spec in one experiment is one run."""
+        return Path(self.out_dir) if self.out_dir else home() / "runs" / self.tracking.experiment / self.signature
 
 
 def signature(spec: dict[str, Any], length: int = 10) -> str:

@@ -1,8 +1,12 @@
 """Which MLflow tracking store a run (or the analysis) talks to: one rule, one place; and its credentials.
 
 Precedence: ``tracking.uri`` (the spec) > ``MLFLOW_TRACKING_URI`` (the environment, as every MLflow
-tool reads it; on a cluster it names the central server) > the project's embedded sqlite file
-``sqlite:///<project>/mlruns.db``. A leaf module (standard library only): ``analysis`` imports it too.
+tool reads it; on a cluster it names the central server) > the embedded sqlite file ``sqlite:///<home>/mlruns.db``.
+A leaf module (standard library only): ``analysis`` imports it too.
+
+The home (:func:`home`, the one rule for where the harness writes): ``$MOE_RL_HOME`` if set, else the project root
+in a source checkout (a ``pyproject.toml`` of moe-rl-harness beside the package: the store, ``runs/`` and
+``.cache/warmstart`` stay at the root, as always), else the current working directory (an installed wheel).
 
 Credentials are accepted as MLflow accepts them: ``MLFLOW_TRACKING_USERNAME``/``MLFLOW_TRACKING_PASSWORD``
 (recommended: nothing secret in the URI) or userinfo in the URI (``http://user:pw@host:port``, which MLflow's
@@ -20,6 +24,7 @@ from urllib.parse import unquote
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = "MLFLOW_TRACKING_URI"
+HOME_ENV = "MOE_RL_HOME"
 USERNAME_ENV, PASSWORD_ENV = "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"
 
 #: scheme://userinfo@ : the userinfo runs up to the last '@' before the path, query or fragment (as urlsplit)
@@ -28,9 +33,27 @@ _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://)([^/?#]*)@")
 _SECRET_QUERY = re.compile(r"(?i)([?&](?:password|passwd|pwd|token|access_token|secret|api_key)=)[^&#]*")
 
 
+def is_checkout(root: Path = ROOT) -> bool:
+    """Whether ``root`` (the folder above the ``harness`` package) is a source checkout of this project."""
+    try:
+        text = (root / "pyproject.toml").read_text()
+    except OSError:
+        return False
+    return re.search(r'^name\s*=\s*"moe-rl-harness"', text, re.M) is not None
+
+
+def home() -> Path:
+    """Where the store, ``runs/`` and caches go: ``$MOE_RL_HOME``, else the project root in a source checkout,
+    else the current working directory (an installed package). Read at each call (never cached at import)."""
+    env = os.environ.get(HOME_ENV)
+    if env:
+        return Path(env).expanduser().resolve()
+    return ROOT if is_checkout() else Path.cwd()
+
+
 def default_tracking_uri() -> str:
-    """The project's own store: ``sqlite:///<project root>/mlruns.db``."""
-    return f"sqlite:///{ROOT / 'mlruns.db'}"
+    """The harness's own store: ``sqlite:///<home>/mlruns.db`` (the project root in a source checkout)."""
+    return f"sqlite:///{home() / 'mlruns.db'}"
 
 
 def resolve_tracking_uri(configured: str | None = None) -> str:

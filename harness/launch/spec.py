@@ -34,9 +34,9 @@ from typing import Any, Optional
 
 import yaml
 
-from harness.config import ROOT, ConfigError, safe_name
+from harness.config import ConfigError, safe_name
 from harness.overrides import OverrideValueError, hydra_value as _hydra_value
-from harness.uri import mlflow_uri
+from harness.uri import home, mlflow_uri
 
 
 LAUNCHERS = ("slurm", "local")
@@ -270,7 +270,7 @@ def parse_spec(raw: dict, path: Path | None = None) -> SweepSpec:
         raise SweepError(f"grid.{k}: also set by variants; set each key in one place", key=f"grid.{k}")
     if "seed" in grid or any("seed" in v for v in variants):
         raise SweepError("seed: use the top-level `seeds:` list, not grid/variants", key="seed")
-    runs_dir = Path(raw["runs_dir"]).expanduser() if raw.get("runs_dir") else ROOT / "runs"
+    runs_dir = Path(raw["runs_dir"]).expanduser() if raw.get("runs_dir") else home() / "runs"
     sweep_dir = Path(raw["sweep_dir"]).expanduser() if raw.get("sweep_dir") else runs_dir / "sweeps" / name
     tune = raw.get("tune")
     if tune is not None and not isinstance(tune, dict):

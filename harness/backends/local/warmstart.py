@@ -3,7 +3,7 @@
 Teacher-forced cross-entropy on reference answers (a multi-turn task: on the policy's tokens of the reference
 call and answer, the observation and padding as context only) until the *sampled* reward of the inference
 path reaches ``target_reward`` (checked every ``eval_every`` steps) or ``max_steps``. Cached per
-(model, task, seed) under ``.cache/warmstart/`` so every estimator of a comparison starts from
+(model, task, seed) under ``<home>/.cache/warmstart/`` (``harness.uri.home``: the project root in a checkout) so every estimator of a comparison starts from
 the same weights. A cache file is read as tensors and plain values only (``harness.torchfile``: one naming code is
 refused, not run); one that cannot be read (truncated, crafted, another layout) is named in a warning and made
 again; one that cannot be written (disk full) is named in a warning and the run goes on uncached.
@@ -26,9 +26,15 @@ from harness.backends.local.inference_engine import InferenceEngine
 from harness.backends.local.model import Policy, build_policy
 from harness.backends.local.tasks import Task
 from harness import numerics, torchfile
-from harness.config import LOCAL_NUMERICS, ROOT, InferenceConfig, ModelConfig, TaskConfig
+from harness.config import LOCAL_NUMERICS, InferenceConfig, ModelConfig, TaskConfig
+from harness.uri import home
 
-CACHE = ROOT / ".cache" / "warmstart"
+#: the cache folder; None = ``<home>/.cache/warmstart`` read at each use (tests point it elsewhere)
+CACHE: Path | None = None
+
+
+def cache_dir() -> Path:
+    return CACHE if CACHE is not None else home() / ".cache" / "warmstart"
 
 
 def cache_path(mcfg: ModelConfig, tcfg: TaskConfig, seed: int) -> Path:
@@ -36,7 +42,7 @@ def cache_path(mcfg: ModelConfig, tcfg: TaskConfig, seed: int) -> Path:
     if LOCAL_NUMERICS >= 3:  # the pinned numerics (harness/numerics.py): a cache of another torch is never read
         key["fingerprint"] = numerics.fingerprint()["key"]
     key = json.dumps(key, sort_keys=True)
-    return CACHE / f"{mcfg.name}-{tcfg.name}-s{seed}-{hashlib.sha256(key.encode()).hexdigest()[:10]}.pt"
+    return cache_dir() / f"{mcfg.name}-{tcfg.name}-s{seed}-{hashlib.sha256(key.encode()).hexdigest()[:10]}.pt"
 
 
 @torch.no_grad()

@@ -18,7 +18,7 @@ import random
 from pathlib import Path
 
 from harness import tasks
-from harness.config import ROOT
+from harness.uri import home
 
 
 def generated_rows(task: str, length: int, n: int, seed: int, split: str) -> list[dict]:
@@ -47,7 +47,7 @@ def prepare(task: str, root: str | Path = "data/verl", length: int = 5, n_train:
     {split: path} are the user's files of a task that is not generated."""
     spec = tasks.get(task)
     root = Path(root)
-    out = (root if root.is_absolute() else ROOT / root) / spec.data_dir(length)
+    out = (root if root.is_absolute() else home() / root) / spec.data_dir(length)
     for split, n in (("train", n_train), ("test", n_test)):
         rows = generated_rows(task, length, n, seed, split) if spec.generated else spec.read(Path(files[split]), split)
         write(rows, out / f"{split}.parquet")

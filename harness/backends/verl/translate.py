@@ -31,7 +31,7 @@ from harness.backends.verl.config import TOOL_FILES, estimator_mapping
 from harness.config import ROOT, RunConfig
 from harness.overrides import hydra_value
 from harness.tags import tag_values
-from harness.uri import mlflow_uri
+from harness.uri import home, mlflow_uri
 
 PLUGIN_MODULE = "harness.backends.verl.plugins"
 DETERMINISTIC_AGENT_LOOP = "harness_deterministic"
@@ -88,7 +88,7 @@ def agent_loop(cfg: RunConfig) -> str:
 def data_dir(cfg: RunConfig) -> Path:
     """Folder of the task's prepared parquet files (``python -m harness.backends.verl.data``)."""
     root = Path(cfg.verl.data.root)
-    root = root if root.is_absolute() else ROOT / root
+    root = root if root.is_absolute() else home() / root  # the project root in a checkout (harness.uri.home)
     return root / tasks.get(cfg.task.name).data_dir(cfg.task.length)
 
 

@@ -1,0 +1,78 @@
+"""Installable as a package (issue 32 item 5): a wheel, installed (not editable) into a fresh venv, runs
+``python -m harness.run`` from an empty folder: the configs come from the wheel (``experiments`` is package data),
+and the store, ``runs/`` and the warm-start cache go to that folder (``harness.uri.home``), none to the source tree.
+
+The scratch venv sees this interpreter's packages (torch, mlflow, hydra...) through a ``.pth`` line, so nothing is
+downloaded; the wheel is installed with ``--no-deps``. About 10 s on a CPU.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import venv
+from pathlib import Path
+
+import pytest
+
+from harness.uri import ROOT, home, is_checkout
+
+STEPS = ["trainer.steps=3", "trainer.prompts_per_step=4", "trainer.group_size=4", "trainer.num_minibatches=2",
+         "diagnostics.noise_sequences=4", "task.warmstart.max_steps=3"]
+
+
+def _snapshot(root: Path) -> tuple:
+    db = root / "mlruns.db"
+    runs = root / "runs"
+    return (db.stat().st_mtime_ns if db.exists() else None,
+            sorted(p.name for p in runs.iterdir()) if runs.is_dir() else None)
+
+
+def test_home_rule(tmp_path, monkeypatch):
+    """``$MOE_RL_HOME`` > the project root of a source checkout > the working directory."""
+    monkeypatch.delenv("MOE_RL_HOME", raising=False)
+    assert is_checkout(ROOT) and home() == ROOT
+    assert not is_checkout(tmp_path)
+    monkeypatch.setenv("MOE_RL_HOME", str(tmp_path))
+    assert home() == tmp_path.resolve()
+
+
+def test_wheel_runs_from_an_empty_folder(tmp_path):
+    if not (ROOT / "pyproject.toml").exists():
+        pytest.skip("needs the source tree")
+    src = tmp_path / "src"  # a copy, so that the build's build/ and *.egg-info stay out of the source tree
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv", "runs", "mlruns*", "mlartifacts", ".cache",
+                                                             "build", "*.egg-info", "__pycache__", ".pytest_cache"))
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
+                    str(src)], check=True, capture_output=True, text=True, cwd=tmp_path)
+    wheel = next(wheels.glob("moe_rl_harness-*.whl"))
+
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=False, system_site_packages=True)
+    py = env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    purelib = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                  check=True, capture_output=True, text=True).stdout.strip())
+    # this interpreter's packages (a venv's site-packages are not the base's), after the venv's own
+    (purelib / "_host_packages.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "-q", str(wheel)],
+                   check=True, capture_output=True, text=True, cwd=tmp_path)
+
+    work = tmp_path / "empty"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("MOE_RL_HOME", "MLFLOW_TRACKING_URI", "PYTHONPATH")}
+    where = subprocess.run([str(py), "-c", "from harness import config; print(config.__file__, config.EXPERIMENTS)"],
+                           capture_output=True, text=True, cwd=work, env=env)
+    assert where.returncode == 0, where.stderr[-3000:]
+    assert str(ROOT) not in where.stdout and str(env_dir) in where.stdout, where.stdout  # the installed copy
+
+    before = _snapshot(ROOT)
+    res = subprocess.run([str(py), "-m", "harness.run", *STEPS], capture_output=True, text=True, cwd=work, env=env,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert (work / "mlruns.db").is_file()
+    assert any((work / "runs").rglob("*")), "no run folder under runs/"
+    assert any((work / ".cache" / "warmstart").glob("*.pt"))
+    assert _snapshot(ROOT) == before  # nothing written to the source tree's store or runs/
