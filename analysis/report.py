@@ -175,7 +175,7 @@ def declared_primary(exp: Experiment) -> dict | None:
     from .load import client_for
 
     try:
-        tag = client_for(exp.tracking_uri).get_experiment(exp.experiment_id).tags.get(M.PRIMARY_TAG)
+        tag = client_for(exp.tracking_uri).get_experiment(exp.experiment_id).tags.get(M.EXPERIMENT_TAGS["primary"])
     except Exception:  # noqa: BLE001 - a store without the experiment's tags: nothing declared
         return None
     return json.loads(tag) if tag else None

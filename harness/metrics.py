@@ -120,8 +120,9 @@ KWAIKAT_PROBE: dict[str, dict[str, float]] = {
 
 # Tags every run carries (MLflow tags), used by analysis for grouping.
 RUN_TAGS = ("estimator", "n", "clip_c", "seed", "backend", "model", "task", "spec_sig", "git_commit")
-# Experiment tag: a sweep's primary contrasts and when they were declared (harness/launch/primary.py), JSON
-PRIMARY_TAG = "primary_contrasts"
+# Experiment tags (MLflow experiment tags the harness sets): "primary": a sweep's primary contrasts and when they
+# were declared, JSON (harness/launch/primary.py)
+EXPERIMENT_TAGS = {"primary": "primary_contrasts"}
 
 
 def markdown_table() -> str:

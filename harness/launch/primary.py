@@ -15,7 +15,9 @@ import json
 import time
 from pathlib import Path
 
-from harness.metrics import PRIMARY_TAG as TAG
+from harness.metrics import EXPERIMENT_TAGS
+
+TAG = EXPERIMENT_TAGS["primary"]
 FILE = "primary.json"
 
 

@@ -138,13 +138,13 @@ def test_declared_primary_contrasts_are_tested_first_and_called_pre_registered(f
     from mlflow.tracking import MlflowClient
 
     from analysis.synthetic import demo_runs, log_runs
-    from harness.metrics import PRIMARY_TAG
+    from harness.metrics import EXPERIMENT_TAGS
 
     exp_id = log_runs(fresh_store.uri, "prim", [r for r in demo_runs(seeds=6, T=130)
                                                if r.tags()["estimator"] in ("rollout", "mean_n")])
     client = MlflowClient(fresh_store.uri)
     decl = {"contrasts": [["rollout", "mean_n(n=16)"]], "declared_at_ms": 0, "history": []}
-    client.set_experiment_tag(exp_id, PRIMARY_TAG, json.dumps(decl))
+    client.set_experiment_tag(exp_id, EXPERIMENT_TAGS["primary"], json.dumps(decl))
     res = build_report("prim", fresh_store.uri, tmp_path / "a", fast_cfg, log_to_mlflow=False, echo=None)
     data = res.tables["verdicts"].data
     prim = data[data["family"] == "primary"]
@@ -152,6 +152,6 @@ def test_declared_primary_contrasts_are_tested_first_and_called_pre_registered(f
     assert set(prim["a"]) | set(prim["b"]) == {"rollout", "mean_n(n=16)"}
     assert any("before the first run started: pre-registered" in n for n in res.notes)
     decl["declared_at_ms"] = int(4e12)  # 2096: after every run
-    client.set_experiment_tag(exp_id, PRIMARY_TAG, json.dumps(decl))
+    client.set_experiment_tag(exp_id, EXPERIMENT_TAGS["primary"], json.dumps(decl))
     res = build_report("prim", fresh_store.uri, tmp_path / "b", fast_cfg, log_to_mlflow=False, echo=None)
     assert any("labelled primary, not pre-registered" in n for n in res.notes)
