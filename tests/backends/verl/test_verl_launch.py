@@ -29,7 +29,12 @@ import json, os, sys, time
 from pathlib import Path
 state, node, args = Path(os.environ["FAKE_RAY_STATE"]), os.environ.get("FAKE_RAY_NODE", "?"), sys.argv[1:]
 opt = lambda name: next((a.split("=", 1)[1] for a in args if a.startswith(name + "=")), None)
-head = json.loads((state / "head").read_text()) if (state / "head").exists() else None
+def read_head():  # the head's "stop" may unlink the file (or its "start" be writing it) while another node reads it
+    try:
+        return json.loads((state / "head").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+head = read_head()
 up = head is not None and time.time() >= head["up_at"]
 def log(rc):
     with open(state / "calls.log", "a") as f:
