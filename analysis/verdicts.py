@@ -291,7 +291,8 @@ def trend_comparisons(measures: pd.DataFrame, families: dict[str, list[tuple[flo
 
 
 def _key(c: Comparison) -> tuple:
-    return (c.kind, c.a, c.b) if c.kind == "trend" else ("pair", *sorted((c.a, c.b)))
+    """How a primary contrast names the comparison: ``("pair", a, b)`` (sorted) or ``("trend", family)``."""
+    return ("trend", c.a) if c.kind == "trend" else ("pair", *sorted((c.a, c.b)))
 
 
 def verdicts(measures: pd.DataFrame, labels: Sequence[str], runs: pd.DataFrame | None = None, *,
@@ -312,10 +313,9 @@ def verdicts(measures: pd.DataFrame, labels: Sequence[str], runs: pd.DataFrame |
             for ep in endpoints:
                 out.append(compare_pair(groups[a], groups[b], a, b, ep, paired, min_seeds))
     out += trend_comparisons(measures, trends or {}, min_seeds, reps, seed)
-    prim = {("pair", *sorted(p)) if p[0] != "trend" else ("trend", p[1]) for p in primary}
+    prim = {("trend", p[1]) if p[0] == "trend" else ("pair", *sorted(p)) for p in primary}
     for c in out:
-        key = _key(c)
-        if c.family != "none" and (key in prim or (c.kind == "trend" and ("trend", c.a) in prim)):
+        if c.family != "none" and _key(c) in prim:
             c.family = "primary"
     adjust(out, alpha)
     intervals(out, alpha, reps, seed)

@@ -43,30 +43,28 @@ _MKL_CBWR_BRANCH, _MKL_BRANCHES = 1, {1: "OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "
                                       13: "AVX512_MIC_E1", 14: "AVX512_E1"}
 
 
-def _cpu_flags() -> set[str]:
+@lru_cache(maxsize=1)
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo (empty where there is none)."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
+        text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        pass
-    return set()
+        return {}
+    fields: dict[str, str] = {}
+    for line in text.split("\n\n")[0].splitlines():
+        name, _, value = line.partition(":")
+        fields.setdefault(name.strip(), value.strip())
+    return fields
 
 
 def cpu_model() -> str:
     """The CPU's model name (/proc/cpuinfo), or the platform's processor string."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return _cpuinfo().get("model name") or platform.processor() or platform.machine()
 
 
 def target_capability() -> str | None:
     """The capability a run pins (``AVX2``), or None where it cannot (not x86-64, or a CPU without AVX2)."""
-    if platform.machine().lower() not in ("x86_64", "amd64") or "avx2" not in _cpu_flags():
+    if platform.machine().lower() not in ("x86_64", "amd64") or "avx2" not in _cpuinfo().get("flags", "").split():
         return None
     return ATEN_CAPABILITY.upper()
 

@@ -38,10 +38,9 @@ def cache_dir() -> Path:
 
 
 def cache_path(mcfg: ModelConfig, tcfg: TaskConfig, seed: int) -> Path:
-    key = {"model": asdict(mcfg), "task": asdict(tcfg), "seed": seed, "numerics": LOCAL_NUMERICS}
-    if LOCAL_NUMERICS >= 3:  # the pinned numerics (harness/numerics.py): a cache of another torch is never read
-        key["fingerprint"] = numerics.fingerprint()["key"]
-    key = json.dumps(key, sort_keys=True)
+    # the numerics fingerprint's key (harness/numerics.py): a cache computed by another torch is never read
+    key = json.dumps({"model": asdict(mcfg), "task": asdict(tcfg), "seed": seed, "numerics": LOCAL_NUMERICS,
+                      "fingerprint": numerics.fingerprint()["key"]}, sort_keys=True)
     return cache_dir() / f"{mcfg.name}-{tcfg.name}-s{seed}-{hashlib.sha256(key.encode()).hexdigest()[:10]}.pt"
 
 
