@@ -79,7 +79,7 @@ from .tables import Table, _interval_cols, fmt_step
 
 KINDS = ("none", "router", "logit", "bias")  # table and pair order
 EDGE = 50  # steps at each end of a run for "k3 first" / "k3 last"
-# the params a dose experiment's arms may differ in: the perturbations' levels (harness.config.PERTURBATIONS; analysis
+# the params a dose experiment's arms may differ in: the perturbations' levels (harness.spec.PERTURBATIONS; analysis
 # does not import the config: tests/analysis/test_dose.py checks the two lists agree) and the KL target
 PERTURBATION_PARAMS = frozenset({"inference.router_noise_sigma", "inference.logit_noise_sigma", "inference.bias_delta",
                                  "inference.kl_target"})

@@ -321,7 +321,7 @@ RUN_COLUMNS = (
 )
 
 
-# params that are not the spec, or not what a run computes (harness/config.py NON_IDENTITY_KEYS + outputs)
+# params that are not the spec, or not what a run computes (harness/spec/ NON_IDENTITY_KEYS + outputs)
 NON_IDENTITY_PREFIXES = ("tracking.", "launcher.", "warmstart.")
 NON_IDENTITY_PARAMS = ("seed", "out_dir", "trainer.checkpoint_every")
 KNOB_PARAMS = ("estimator.name", "estimator.n", "estimator.clip_c", "estimator.level")  # in the base label

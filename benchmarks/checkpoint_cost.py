@@ -27,7 +27,7 @@ def main(argv: list[str]) -> int:
     import torch
 
     from harness.backends.local.trainer import LocalTrainer
-    from harness.config import load
+    from harness.spec import load
     from harness.record import RunRecord
 
     from harness import numerics

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from harness.config import RunConfig, validate
+from harness.spec import RunConfig, validate
 
 
 def make(device: str, estimator: dict, model: dict | None = None) -> RunConfig:

@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from harness import metrics as M  # noqa: E402
-from harness.config import load  # noqa: E402
+from harness.spec import load  # noqa: E402
 
 PHASES = {"rollout": M.TIME_ROLLOUT, "pi_old": M.TIME_OLD_LOGPROB, "diagnostics": M.TIME_DIAGNOSTICS,
           "update": M.TIME_UPDATE, "step": M.TIME_STEP}

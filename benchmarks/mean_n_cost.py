@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:
 from benchmarks.overlap import quartiles  # noqa: E402
 from harness import metrics as M  # noqa: E402
 from harness.backends.local.trainer import LocalTrainer  # noqa: E402
-from harness.config import load  # noqa: E402
+from harness.spec import load  # noqa: E402
 
 CALIBRATED = ["inference.router_noise_sigma=0.1"]
 

@@ -35,7 +35,7 @@ else:
 import torch
 torch.set_num_threads(1)
 from harness.backends.local.trainer import LocalTrainer
-from harness.config import load
+from harness.spec import load
 cfg = load(json.loads(sys.argv[3]))
 torch.manual_seed(cfg.seed)
 tr = LocalTrainer(cfg, torch.device("cpu"))

@@ -38,7 +38,7 @@ from harness.backends.local.model import PolicyPack  # noqa: E402
 from harness.backends.local.overlap import OverlapTrainer, RolloutSide, publish  # noqa: E402
 from harness.backends.local.trainer import LocalTrainer  # noqa: E402
 from harness import metrics as M  # noqa: E402
-from harness.config import load  # noqa: E402
+from harness.spec import load  # noqa: E402
 
 ESTIMATORS = {"recompute": ["estimator=recompute"], "mean_8": ["estimator=mean_n", "estimator.n=8"]}
 

@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from harness import metrics as M  # noqa: E402
-from harness.config import load  # noqa: E402
+from harness.spec import load  # noqa: E402
 
 LOG_BATCHED = "logging (StepBuffer, mean)"
 LOG_EACH = "logging (one log_batch/step)"

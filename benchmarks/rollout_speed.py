@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # runnable as a plain script from a checkout
     sys.path.insert(0, str(ROOT))
 
-from harness.config import load  # noqa: E402
+from harness.spec import load  # noqa: E402
 from harness.estimators import NAMES  # noqa: E402
 
 HF_BASE = "HF generate float32"

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from harness.config import load  # noqa: E402
+from harness.spec import load  # noqa: E402
 
 GEMMS = {"aten.bmm.default", "aten.mm.default", "aten.addmm.default", "aten.baddbmm.default"}
 GROUPED = "aten._grouped_mm.default"  # the experts (no padding): x [M, K] @ w[group] [G, K, N], rows by group

@@ -2,7 +2,7 @@
 
 A :class:`ConfigError` names the offending key (``estimator.clip_c``, ``trainer.lr``) and what is allowed;
 the command-line entry points turn it into one line on stderr and exit status 2, before anything runs.
-``require`` and ``one_of`` are the checks that raise it (harness.config, the backends, the estimators).
+``require`` and ``one_of`` are the checks that raise it (harness.spec, the backends, the estimators).
 """
 
 
@@ -13,7 +13,7 @@ class ConfigError(ValueError):
 
 
 def require(ok: bool, key: str, message: str) -> None:
-    """Raise ``ConfigError(key, message)`` unless ``ok`` (the checks of ``harness.config`` and the backends)."""
+    """Raise ``ConfigError(key, message)`` unless ``ok`` (the checks of ``harness.spec`` and the backends)."""
     if not ok:
         raise ConfigError(key, message)
 

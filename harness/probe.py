@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from harness.config import ConfigError, load
+from harness.spec import ConfigError, load
 
 
 def _fmt(x: float) -> str:

@@ -41,7 +41,7 @@ another process, 1 store unreachable, locked past 120 s or full, or a run file n
 
 def usage() -> str:
     """USAGE with each config group's options, read from ``experiments/<group>/*.yaml``."""
-    from harness.config import GROUPS, group_options
+    from harness.spec import GROUPS, group_options
 
     return USAGE.format(groups="\n".join(f"  {g:10s} {', '.join(group_options(g))}" for g in GROUPS))
 
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown option {unknown[0]}\n{usage()}", file=sys.stderr)
         return 2
     overrides = [a for a in argv if not a.startswith("--")]
-    from harness.config import load
+    from harness.spec import load
 
     try:
         cfg = load(overrides)

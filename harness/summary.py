@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from harness import estimators
 
 if TYPE_CHECKING:  # pragma: no cover
-    from harness.config import RunConfig
+    from harness.spec import RunConfig
 
 
 @dataclass

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from harness.provenance import git_commit
 
 if TYPE_CHECKING:  # pragma: no cover
-    from harness.config import RunConfig
+    from harness.spec import RunConfig
 
 
 def model_shape(cfg: "RunConfig") -> str:
@@ -26,7 +26,7 @@ def perturbation(cfg: "RunConfig") -> str:
     """The explicit inference perturbations that are on, e.g. ``router=1,bias=0.5`` (or ``none``); a KL-held run
     (``inference.kl_target`` > 0: its one perturbation scaled to hold the KL) is ``kind@k3=target``, e.g.
     ``router@k3=0.003``: its arm is the target, not the starting level."""
-    from harness.config import perturbations_on
+    from harness.spec import perturbations_on
 
     i = cfg.inference
     on = [(kind, value) for kind, _, value in perturbations_on(i)]
@@ -50,10 +50,10 @@ def tag_values(cfg: "RunConfig", commit: str | None = None) -> dict[str, Any]:
 
 
 def estimator_extras(cfg: "RunConfig") -> dict[str, Any]:
-    """The run estimator's parameters declared after the original six (``harness.estimators.LEGACY_PARAMS``),
+    """The run estimator's parameters declared after the original six (``harness.spec.identity.LEGACY_ESTIMATOR_PARAMS``),
     when set: a new estimator's knobs reach its tags, so analysis labels it (``toy(scale=0.5)``); the nine
     estimators' tags are unchanged."""
-    from harness.estimators import LEGACY_PARAMS
+    from harness.spec.identity import LEGACY_ESTIMATOR_PARAMS as LEGACY_PARAMS
 
     return {k: v for k, v in vars(cfg.estimator).items()
             if k not in LEGACY_PARAMS and k != "name" and v is not None}

@@ -20,7 +20,7 @@ from harness.backends.local.inference_engine import InferenceEngine, _Call
 from harness.backends.local.tasks import Task
 from harness.backends.local.train_engine import forward
 from harness.backends.local.warmstart import warm_start
-from harness.config import load
+from harness.spec import load
 
 
 @torch.no_grad()

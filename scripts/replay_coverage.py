@@ -20,7 +20,7 @@ import torch
 
 from harness import metrics as M
 from harness.backends.local.trainer import LocalTrainer
-from harness.config import load
+from harness.spec import load
 
 
 def main() -> None:

@@ -39,7 +39,7 @@ def check(run_dir: Path, steps: int) -> tuple[bool, str]:
     from harness import metrics as M
     from harness import numerics
     from harness.backends.local.trainer import LocalTrainer
-    from harness.config import ConfigError, build
+    from harness.spec import ConfigError, build
 
     ident = read_json(run_dir / IDENTITY_FILE)
     if ident is None or not (run_dir / "spec.yaml").exists():

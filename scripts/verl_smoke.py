@@ -85,7 +85,7 @@ def overrides(estimator: str, model: Path, work: Path, gpus: int, multi_turn: bo
 def multi_turn_estimators(work: Path) -> list[str]:
     """The estimators whose spec the verl backend accepts with ``verl.tools`` (the others exit 2 by design)."""
     from harness.backends.verl.config import validate
-    from harness.config import load
+    from harness.spec import load
     from harness.errors import ConfigError
 
     ok = []

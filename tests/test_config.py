@@ -1,13 +1,13 @@
 """Spec -> typed config: composition, validation and signatures."""
 import pytest
 
-from harness.config import ConfigError, load
+from harness.spec import ConfigError, load
 
 
 def test_config_error_is_the_leaf_one():
     from harness import errors
 
-    assert ConfigError is errors.ConfigError  # ``from harness.config import ConfigError`` keeps working
+    assert ConfigError is errors.ConfigError  # ``from harness.spec import ConfigError`` works too
 
 
 def test_defaults_compose_into_a_typed_config():
@@ -84,10 +84,10 @@ def test_limits_and_names_accept_what_the_experiments_use():
 
 def test_local_numerics_version_is_part_of_the_signature(monkeypatch):
     """Runs computed by older local kernels (another numerics version) never share a signature with new ones."""
-    import harness.config as C
+    import harness.backends.local.identity as local
 
     before = (load([]).signature, load([]).group_signature)
-    monkeypatch.setattr(C, "LOCAL_NUMERICS", C.LOCAL_NUMERICS + 1)
+    monkeypatch.setattr(local, "LOCAL_NUMERICS", local.LOCAL_NUMERICS + 1)
     after = (load([]).signature, load([]).group_signature)
     assert before[0] != after[0] and before[1] != after[1]
 
@@ -112,7 +112,7 @@ def test_prefix_cache_knobs_enter_the_signature_only_when_set():
     base = load(["task=lookup"])
     spec = base.to_dict()
     del spec["inference"]["prefix_cache_capacity"], spec["inference"]["replay_on_miss"]  # a spec from before them
-    from harness.config import signature
+    from harness.spec import signature
 
     assert signature(spec) == base.signature
     assert load(["task=lookup", "inference.prefix_cache_capacity=1.0"]).signature == base.signature
@@ -125,8 +125,8 @@ def test_prefix_cache_knobs_enter_the_signature_only_when_set():
 
 def test_a_late_key_enters_the_signature_only_off_its_old_default():
     """``inference.top_p`` came after runs were stored: at 1.0 (what they computed with) the signature is the one
-    the stores know, another value is another spec (harness.config.LATE_DEFAULTS)."""
-    import harness.config as C
+    the stores know, another value is another spec (Dora's rule, harness.spec.identity)."""
+    import harness.spec as C
 
     a = load([])
     assert load(["inference.top_p=1.0"]).signature == a.signature
@@ -141,7 +141,7 @@ def test_a_local_spec_off_temperature_1_is_not_signed_as_before_the_trainer_appl
     applies it (train_engine.response_view): a spec at T != 1 computes something new, so it must not answer with a
     run stored under its old signature. b5b8724e5b is what commit 4954f41 signed ``inference.temperature=0.7``
     with (train at T = 1). T = 1 (every stored curve) and verl (whose actor always applied T) keep theirs."""
-    import harness.config as C
+    import harness.spec as C
 
     assert load(["inference.temperature=0.7"]).signature != "b5b8724e5b"
     spec = load([]).to_dict()
@@ -169,7 +169,7 @@ def test_an_unknown_key_names_what_the_section_has(overrides, key, text):
 def test_the_dataclass_defaults_are_the_composed_default_spec():
     """Code that builds RunConfig() directly (benchmarks) trains the CLI's default spec (issue 32): the dataclass
     defaults and experiments/config.yaml agree on every key."""
-    from harness.config import RunConfig
+    from harness.spec import RunConfig
 
     assert RunConfig().to_dict() == load([]).to_dict()
 

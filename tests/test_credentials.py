@@ -21,7 +21,7 @@ import pytest
 import requests
 
 from harness import store
-from harness.config import ROOT
+from harness.uri import ROOT
 from harness.tracking import TrackingError, client_for
 from harness.uri import PASSWORD_ENV, USERNAME_ENV, mlflow_uri, redact, split_userinfo
 

@@ -6,7 +6,7 @@ estimator's default spec; ``tests/golden/curves.json`` every metric of 3 tiny tr
 on the code before the redesign; issue 15 regenerated the ``deterministic`` entries on purpose (its meaning
 changed: noise removed; the old meaning is ``deterministic(frozen)``, pinned to the old curve). A change
 that alters a signature would orphan every run in the stores; one that alters a curve must bump
-``harness.config.LOCAL_NUMERICS`` and regenerate the golden files on purpose.
+``harness.backends.local.identity.LOCAL_NUMERICS`` and regenerate the golden files on purpose.
 
 What the curves guarantee across CPUs (issue 27): the runs pin their CPU numerics (``harness/numerics.py``: MKL's
 ``COMPATIBLE`` branch, ATen's AVX2 kernels, the spec's thread count), so the bits depend on the fingerprint *key*

@@ -63,7 +63,7 @@ def test_wheel_runs_from_an_empty_folder(tmp_path):
     work = tmp_path / "empty"
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("MOE_RL_HOME", "MLFLOW_TRACKING_URI", "PYTHONPATH")}
-    where = subprocess.run([str(py), "-c", "from harness import config; print(config.__file__, config.EXPERIMENTS)"],
+    where = subprocess.run([str(py), "-c", "from harness import spec; print(spec.__file__, spec.EXPERIMENTS)"],
                            capture_output=True, text=True, cwd=work, env=env)
     assert where.returncode == 0, where.stderr[-3000:]
     assert str(ROOT) not in where.stdout and str(env_dir) in where.stdout, where.stdout  # the installed copy

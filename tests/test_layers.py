@@ -57,7 +57,7 @@ def _import_nodes(tree: ast.AST):
 
 
 def _owner(name: str, known: dict[str, Path]) -> str | None:
-    """The longest prefix of ``name`` that is a project module (``harness.config.build`` -> ``harness.config``)."""
+    """The longest prefix of ``name`` that is a project module (``harness.spec.build`` -> ``harness.spec``)."""
     parts = name.split(".")
     for i in range(len(parts), 0, -1):
         if ".".join(parts[:i]) in known:
@@ -142,9 +142,19 @@ def layer_violations(g: dict[str, set[str]]) -> list[str]:
 # ------------------------------------------------------------------------------------- the tests
 def test_the_graph_sees_the_project():
     g = graph()
-    assert {"harness.config", "harness.launch.sweep", "analysis.measures", "harness.backends"} <= set(g)
-    assert "harness.config" in g["harness.run"]  # a module-level import
+    assert {"harness.spec.schema", "harness.launch.sweep", "analysis.measures", "harness.backends"} <= set(g)
+    assert "harness.backends" in g["harness.run"]  # a module-level import
     assert "harness.backends.local.run" in g["harness.backends.local"]  # an import inside a function
+
+
+def test_the_spec_imports_no_backend():
+    """``harness.spec`` imports the backend registry (a backend contributes its section and identity markers there),
+    never a backend's own modules (issue 32)."""
+    g = graph()
+    bad = sorted(f"{src} imports {dst}" for src, dsts in g.items() if _under(src, ("harness.spec",))
+                 for dst in dsts if dst.startswith("harness.backends."))
+    assert not bad, "\n".join(bad)
+    assert "harness.backends" in g["harness.spec.schema"]
 
 
 def test_layers():

@@ -56,7 +56,7 @@ def test_a_run_records_its_fingerprint(tiny_overrides):
     from mlflow.tracking import MlflowClient
 
     from harness.backends.local.run import execute
-    from harness.config import load
+    from harness.spec import load
 
     cfg = load(tiny_overrides(steps=1))
     summary = execute(cfg, progress=False)

@@ -8,7 +8,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from harness import metrics as M
-from harness.config import load
+from harness.spec import load
 from harness.estimators import NAMES as ESTIMATORS
 from harness.run import execute
 
@@ -121,7 +121,7 @@ def test_missing_mlflow_server_is_a_clear_error(tmp_path, tiny_overrides):
 
 
 def test_help_lists_each_groups_choices_and_rerun(capsys):
-    from harness.config import GROUPS, group_options
+    from harness.spec import GROUPS, group_options
     from harness.run import main
 
     assert main(["--help"]) == 0

@@ -16,7 +16,8 @@ from mlflow.tracking import MlflowClient
 
 from harness import metrics as M
 from harness import tracking
-from harness.config import ROOT, load
+from harness.uri import ROOT
+from harness.spec import load
 from harness.run import execute, main
 
 

@@ -6,7 +6,7 @@
 Each backend declares itself once, as ``BACKEND`` in its package (``harness/backends/<name>/__init__.py``).
 The registry names those packages and imports one when it is first asked for (like an entry point), so
 neither importing the registry nor validating a spec loads torch or verl, and the core modules that
-validate specs (``harness.config``) do not depend on the modules that train them.
+validate specs (``harness.spec``) do not depend on the modules that train them.
 """
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 if TYPE_CHECKING:  # pragma: no cover
-    from harness.config import RunConfig
+    from harness.spec import RunConfig
 
-__all__ = ["Backend", "names", "get"]
+__all__ = ["Backend", "names", "get", "sections"]
 
 _PACKAGES = {"local": "harness.backends.local", "verl": "harness.backends.verl"}
 
@@ -43,6 +43,9 @@ class Backend:
     FINISHED also after a crash). None: the store's FINISHED run of the signature and seed decides.
     ``run_files``: what else of a run folder ``--rerun`` sets aside (``*.prev-<time>``) besides
     ``summary.json`` and ``checkpoint.pt`` (verl: its MLflow run id, pinned commit and checkpoints).
+    ``section``: ``(name, dataclass)`` of the spec section the backend contributes (verl: ``verl``, read only by
+    its runs; ``harness.spec.schema`` adds it to ``RunConfig``). ``identity(spec) -> dict``: markers the backend
+    adds to a spec's signature (local: its numerics version; ``harness.spec.identity``).
     """
 
     name: str
@@ -56,6 +59,8 @@ class Backend:
     prunable: bool = False
     finished: Optional[Callable[..., Any]] = None
     run_files: tuple[str, ...] = ()
+    section: Optional[tuple[str, type]] = None
+    identity: Optional[Callable[[Any], dict[str, Any]]] = None
 
     @property
     def store_finishes(self) -> bool:
@@ -80,3 +85,8 @@ def get(name: str) -> Backend:
     backend = importlib.import_module(_PACKAGES[name]).BACKEND
     assert backend.name == name, (name, backend.name)
     return backend
+
+
+def sections() -> tuple[tuple[str, str, type], ...]:
+    """``(backend, section name, dataclass)`` of every section a backend contributes to the spec, in registry order."""
+    return tuple((name, *get(name).section) for name in _PACKAGES if get(name).section is not None)

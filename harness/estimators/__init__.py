@@ -15,9 +15,6 @@ for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
     importlib.import_module(f"{__name__}.{_module}")
 
 NAMES: tuple[str, ...] = tuple(sorted(REGISTRY, key=lambda n: (REGISTRY[n].rank, n)))
-#: the parameters every serialized spec carries (null when unused) since before the registry; a parameter
-#: added later appears in a spec only when set (harness.config.signature), so old signatures stay valid
-LEGACY_PARAMS: tuple[str, ...] = ("n", "clip_c", "level", "alpha", "beta", "gamma_min")
 
 
 def get(name: str) -> type[Estimator]:
@@ -38,5 +35,5 @@ def label(name: str, values: Mapping[str, Any]) -> str:
     return label_from(name, [("n", values.get("n")), ("C", values.get("clip_c")), ("", values.get("level"))])
 
 
-__all__ = ["REGISTRY", "NAMES", "LEGACY_PARAMS", "Estimator", "Needs", "OldPolicy", "Params", "PolicyForward",
+__all__ = ["REGISTRY", "NAMES", "Estimator", "Needs", "OldPolicy", "Params", "PolicyForward",
            "Style", "Verl", "build", "get", "label", "parameters", "rank"]

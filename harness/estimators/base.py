@@ -26,7 +26,7 @@ another estimator's :class:`OldPolicy` and replaces its ``weight``/``mask`` (:me
 with ``Params`` inheriting both parameter dataclasses (``mean_n_tis``: mean_n's denominator estimate inside TIS).
 An estimator may also change the inference engine it runs with (``Estimator.inference``: ``deterministic``).
 
-This module imports no torch at import time (only tensor methods are used), so that ``harness.config``
+This module imports no torch at import time (only tensor methods are used), so that ``harness.spec``
 can read the registry cheaply.
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ from harness.errors import ConfigError
 if TYPE_CHECKING:  # pragma: no cover
     from torch import Tensor
 
-    from harness.config import EstimatorConfig, RunConfig
+    from harness.spec import EstimatorConfig, RunConfig
 
 
 @dataclass

@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from harness.config import ROOT
+from harness.uri import ROOT
 
 SLURM_DIR = ROOT / "slurm"
 DAEMONS = ("munged", "slurmctld", "slurmd")

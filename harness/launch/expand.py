@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from harness import backends
-from harness.config import ConfigError, RunConfig, build, compose
+from harness.spec import ConfigError, RunConfig, build, compose
 from harness.launch.spec import SweepError, SweepSpec, hydra_value
 from harness.uri import mlflow_uri, resolve_tracking_uri
 

@@ -13,7 +13,7 @@ from harness.launch.spec import SweepError, SweepSpec
 from harness.launch.submit import SubmissionError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from harness.config import RunConfig
+    from harness.spec import RunConfig
 
 
 def prepare_tracking(spec: SweepSpec, cfg: RunConfig) -> None:

@@ -34,7 +34,7 @@ from typing import Any, Optional
 
 import yaml
 
-from harness.config import ConfigError, safe_name
+from harness.spec import ConfigError, safe_name
 from harness.overrides import OverrideValueError, hydra_value as _hydra_value
 from harness.uri import home, mlflow_uri
 
@@ -170,7 +170,7 @@ def apply_cli(raw: dict, overrides: list[str]) -> dict:
 
 
 def plain_name(value: Any, key: str) -> str:
-    """``value`` as a plain name (``harness.config.safe_name``: no ``/``, ``..`` and the like), or a SweepError naming
+    """``value`` as a plain name (``harness.spec.safe_name``: no ``/``, ``..`` and the like), or a SweepError naming
     ``key``: a sweep's name and experiment become folders (``<runs_dir>/sweeps/<name>``, ``<runs_dir>/<experiment>``)
     and must not reach outside them."""
     text = str(value)

@@ -4,7 +4,7 @@
 
 The spec and its command-line overrides: ``harness.launch.spec``; its runs: ``harness.launch.expand``.
 
-Identity: every run is built into a :class:`harness.config.RunConfig` before anything is
+Identity: every run is built into a :class:`harness.spec.RunConfig` before anything is
 submitted (one bad value -> one error naming the run and the key, exit 2, nothing submitted).
 A run is finished when the sweep's MLflow store holds a FINISHED run of its signature in the sweep's
 experiment (``harness.store``; a ``summary.json`` left in a folder does not count): it is skipped; a

@@ -2,7 +2,7 @@
 
 Every module of this package is imported here (``pkgutil.iter_modules``; ``base`` and ``vocab`` register
 nothing), so a new task is one module plus ``experiments/task/<name>.yaml``. Importing this package loads neither torch nor
-``harness.config``.
+``harness.spec``.
 """
 from __future__ import annotations
 

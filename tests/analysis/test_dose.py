@@ -140,7 +140,7 @@ def test_arms_that_differ_in_more_than_the_perturbation_are_refused(dose_store, 
 
 def test_the_params_an_arm_may_differ_in_are_the_configs_perturbations():
     from analysis.dose import PERTURBATION_PARAMS
-    from harness.config import PERTURBATIONS
+    from harness.spec import PERTURBATIONS
 
     assert PERTURBATION_PARAMS == {f"inference.{key}" for _, key, _ in PERTURBATIONS} | {"inference.kl_target"}
 

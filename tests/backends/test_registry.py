@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from harness import backends
-from harness.config import load
+from harness.spec import load
 from harness.errors import ConfigError
 from harness.launch.spec import LauncherConfig
 
@@ -24,7 +24,7 @@ def test_names_and_get():
 
 
 def test_the_registry_loads_no_engine():
-    code = "import sys, harness.backends as b; [b.get(n) for n in b.names()]; print(sorted(m for m in ('torch', 'verl', 'harness.config') if m in sys.modules))"
+    code = "import sys, harness.backends as b; [b.get(n) for n in b.names()]; print(sorted(m for m in ('torch', 'verl', 'harness.spec') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -55,7 +55,7 @@ def test_launcher_problems():
 
 def test_the_verl_run_files_the_registry_names_are_the_runners():
     """``--rerun`` sets aside what ``Backend.run_files`` names; the verl package lists them without importing
-    its runner (harness.config): the two lists must agree."""
+    its runner (harness.spec): the two lists must agree."""
     from harness import backends
     from harness.backends.verl import runner
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.config import ConfigError, EstimatorConfig
+from harness.spec import ConfigError, EstimatorConfig
 from harness.estimators import NAMES, PolicyForward, build
 from harness.estimators.mean_n import log_mean_prob
 from harness.estimators.rais import rais_ratio, router_shift_gamma
@@ -62,7 +62,7 @@ def test_rollout_and_deterministic_use_the_sampling_logprob_and_no_training_forw
 def test_deterministic_removes_the_noise_sources_or_freezes_them():
     """``removed``: deterministic mode with the noise knobs off (only precision differs from training);
     ``frozen``: deterministic mode keeping them (the engine freezes them: a biased arm). Nothing else moves."""
-    from harness.config import load
+    from harness.spec import load
 
     icfg = load(["inference.router_noise_sigma=1.0", "inference.logit_noise_sigma=0.5",
                  "inference.bias_delta=0.7"]).inference
@@ -83,7 +83,7 @@ def test_deterministic_removes_the_noise_sources_or_freezes_them():
 def test_no_deterministic_spec_has_the_signature_of_the_old_frozen_runs():
     """Runs stored before issue 15 signed ``deterministic`` without ``noise`` and meant the frozen projection:
     both arms now sign their ``noise``, so neither answers with an old run."""
-    from harness.config import load, signature
+    from harness.spec import load, signature
 
     old = load(["estimator=deterministic"]).to_dict()
     del old["estimator"]["noise"]  # how the old runs were signed (the estimator had no parameters)

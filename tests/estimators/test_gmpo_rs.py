@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 
 from harness import metrics as M
 from harness.backends.local.trainer import LocalTrainer, PackTrainer
-from harness.config import ConfigError, EstimatorConfig, load
+from harness.spec import ConfigError, EstimatorConfig, load
 from harness.estimators import OldPolicy, PolicyForward, build
 from harness.estimators.rais import router_shift_gamma
 from harness.run import execute

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from harness.config import EstimatorConfig
+from harness.spec import EstimatorConfig
 from harness.estimators import PolicyForward, build
 
 L = torch.log

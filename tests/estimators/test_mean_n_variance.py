@@ -8,7 +8,7 @@ from harness.backends.local.model import build_policy
 from harness.backends.local.tasks import Task
 from harness.backends.local.trainer import OldPolicyContext
 from harness.backends.local.train_engine import TrainEngine
-from harness.config import EstimatorConfig, load
+from harness.spec import EstimatorConfig, load
 from harness.estimators import build
 from harness.estimators.mean_n import log_mean_prob
 

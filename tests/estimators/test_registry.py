@@ -8,7 +8,9 @@ import yaml
 
 from analysis.palette import BASE_COLOUR, COLOURS
 from harness import estimators
-from harness.config import EXPERIMENTS, EstimatorConfig, ROOT, load, signature
+from harness.spec.identity import LEGACY_ESTIMATOR_PARAMS
+from harness.spec import EXPERIMENTS, EstimatorConfig, load, signature
+from harness.uri import ROOT
 from harness.errors import ConfigError
 
 
@@ -33,13 +35,13 @@ def test_each_estimator_has_its_yaml_and_its_default_spec_validates(name):
 def test_estimator_config_is_the_union_of_the_registered_parameters():
     fields = [f.name for f in dataclasses.fields(EstimatorConfig)]
     assert fields[0] == "name" and set(fields[1:]) == set(estimators.parameters())
-    assert fields[1:7] == list(estimators.LEGACY_PARAMS)  # the serialized spec's order of old
+    assert fields[1:7] == list(LEGACY_ESTIMATOR_PARAMS)  # the serialized spec's order of old
     # built by make_dataclass, yet importable by name: pickle (submitit, multiprocessing) and copy round-trip
     import copy
     import pickle
 
     cfg = load(["estimator=tis"])
-    assert EstimatorConfig.__module__ == "harness.config" and EstimatorConfig.__qualname__ == "EstimatorConfig"
+    assert EstimatorConfig.__module__ == "harness.spec.schema" and EstimatorConfig.__qualname__ == "EstimatorConfig"
     assert pickle.loads(pickle.dumps(cfg)) == cfg == copy.deepcopy(cfg)
     assert type(pickle.loads(pickle.dumps(cfg.estimator))) is EstimatorConfig
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.config import load
+from harness.spec import load
 
 ROOT = Path(__file__).resolve().parents[2]
 SKIP = (".venv/", "mlruns", "runs/")
@@ -49,7 +49,7 @@ REGISTRY_PROBE = """
 import json
 from analysis.palette import Palette
 from harness import estimators
-from harness.config import load
+from harness.spec import load
 print(json.dumps({"names": estimators.NAMES, "label": estimators.label("toy", {"scale": 0.5}),
                   "styled": "toy(scale=0.5)" in Palette([("toy(scale=0.5)", "toy", "")]),
                   "sig_recompute": load(["estimator=recompute"]).signature,

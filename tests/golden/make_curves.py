@@ -5,7 +5,7 @@ from harness import numerics
 numerics.pin()  # the runs' pinned CPU numerics, before torch's first operator
 import torch
 torch.set_num_threads(1)  # as every run (backend.threads: 1); MKL's results depend on its thread count
-from harness.config import load
+from harness.spec import load
 from harness.backends.local.trainer import LocalTrainer
 from harness.estimators import NAMES
 ARGS = ["trainer.steps=3", "trainer.prompts_per_step=4", "trainer.group_size=4", "trainer.num_minibatches=2",

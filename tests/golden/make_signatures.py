@@ -3,7 +3,7 @@ of each estimator's default spec. Run from the repository root."""
 import json, glob, sys
 from harness.launch.expand import validate
 from harness.launch.spec import load_spec
-from harness.config import load
+from harness.spec import load
 out = {}
 for path in sorted(glob.glob("sweeps/*.yaml")):
     try:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import ROOT
+from harness.uri import ROOT
 
 SWEEPS = ROOT / "sweeps"
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from harness.config import ROOT
+from harness.uri import ROOT
 
 SCRIPT = ROOT / "slurm" / "mlflow_server.sbatch"
 

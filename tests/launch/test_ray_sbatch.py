@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import ROOT
+from harness.uri import ROOT
 
 
 def test_ray_template_runs_a_driver_on_its_cluster(slurm_cluster, tmp_path):

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from harness.config import ROOT
+from harness.uri import ROOT
 from harness.launch import status, sweep
 from harness.launch.expand import validate
 from harness.launch.jobs import JobsDB, job_states

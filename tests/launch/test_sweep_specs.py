@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from analysis import measures as analysis_measures
-from harness.config import ROOT
+from harness.uri import ROOT
 from harness.estimators import NAMES
 
 #: the ten estimators of the stored ablation runs; gmpo_rs came later (issue 15: its arm is a calibrated sweep's)

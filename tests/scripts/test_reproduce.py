@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import load
+from harness.spec import load
 from harness.run import execute
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reproduce.py"

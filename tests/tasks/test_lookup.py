@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 from harness import metrics as M
 from harness import tasks
 from harness.backends.local.tasks import Task
-from harness.config import load
+from harness.spec import load
 from harness.tasks.base import eos_reward
 from harness.tasks.lookup import call, observe, sample
 from harness.tasks.vocab import BOS, CALL_END, EOS, EQUALS, PAD

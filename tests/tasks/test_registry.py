@@ -18,7 +18,7 @@ import yaml
 from harness import tasks
 from harness.backends.local.model import VOCAB_SIZE
 from harness.backends.verl import data
-from harness.config import load
+from harness.spec import load
 from harness.tasks.base import MARKER, TaskSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -176,7 +176,7 @@ PROBE = """
 import json, torch
 from harness import tasks
 from harness.backends.local.tasks import Task
-from harness.config import load
+from harness.spec import load
 prompts, answers = Task(load(["task=reverse"]).task).sample(4, torch.Generator().manual_seed(0))
 print(json.dumps({"local": tasks.names("local"), "verl": tasks.names("verl"),
                   "reversed": torch.equal(prompts[:, 1:-1].flip(-1), answers),

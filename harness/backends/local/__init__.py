@@ -2,16 +2,17 @@
 
 ``BACKEND`` declares it to the registry (``harness.backends``): validate (the tasks it generates, no
 checkpoint path), run (``run.execute``, this process), a job per run or per seed pack (``jobs``), and
-no command of its own. Importing this package imports neither torch nor ``harness.config``.
+no command of its own. Importing this package imports neither torch nor ``harness.spec``.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
 from harness.backends import Backend
+from harness.backends.local.identity import markers
 
 if TYPE_CHECKING:  # pragma: no cover
-    from harness.config import RunConfig
+    from harness.spec import RunConfig
 
 
 def validate(cfg: "RunConfig") -> None:
@@ -83,4 +84,4 @@ def launcher_problem(cfg: "RunConfig", lc: Any, label: str) -> Optional[tuple[st
 
 
 BACKEND = Backend(name="local", validate=validate, run=run, job=job, pack=pack, launcher_problem=launcher_problem,
-                  prunable=True)
+                  prunable=True, identity=markers)

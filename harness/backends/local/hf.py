@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from harness.backends.local.model import BOS, EOS, PAD, VOCAB_SIZE, Policy
-from harness.config import ModelConfig
+from harness.spec import ModelConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     from transformers import PretrainedConfig, PreTrainedModel

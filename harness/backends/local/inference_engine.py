@@ -57,7 +57,7 @@ from torch import Tensor
 from harness.backends.local import prefix_cache
 from harness.backends.local.grouped import Layout, grouped
 from harness.backends.local.model import Policy, PolicyPack, rope_tables, stacked_weights
-from harness.config import InferenceConfig
+from harness.spec import InferenceConfig
 from harness.tasks.vocab import CALL_END, EOS, PAD
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}

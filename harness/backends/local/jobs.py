@@ -22,13 +22,13 @@ class RunJob(Checkpointable):
 
     @property
     def signature(self) -> str:
-        from harness.config import signature
+        from harness.spec import signature
 
         return signature(self.spec)
 
     def __call__(self) -> dict[str, Any]:
         from harness.backends.local.run import execute
-        from harness.config import build
+        from harness.spec import build
 
         cfg = build(self.spec)
         summary = execute(cfg, tags=self.tags or None, finished_after_ms=getattr(self, "finished_after_ms", 0),
@@ -50,7 +50,7 @@ class PackJob(Checkpointable):
 
     def __call__(self) -> list[dict[str, Any]]:
         from harness.backends.local.pack import execute_pack
-        from harness.config import build
+        from harness.spec import build
 
         summaries = execute_pack([build(s) for s in self.specs], finished_after_ms=self.finished_after_ms)
         return [asdict(s) for s in summaries]

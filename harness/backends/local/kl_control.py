@@ -20,7 +20,7 @@ log-probs against the rollout's, an estimate of KL(p_inf || p_train)):
 E[K_t] = K*: the *arithmetic* mean of the per-step k3, the quantity ``python -m analysis dose`` reports and matches
 arms on. (Version 1 of the rule, ``log c += g (log K* - log K_t)``, held the geometric mean instead; under router
 noise the per-step k3 is heavy-tailed, its log spread ~1-1.5 late in a run, and the arithmetic mean came out
-1.3-2x the target: ``harness.config.KL_CONTROL`` signs the rule.) Near the fixed point the log scale's error
+1.3-2x the target: ``harness.backends.local.identity.KL_CONTROL`` signs the rule.) Near the fixed point the log scale's error
 contracts by (1 - a g) per step, k3 ~ c^a with a in [1, 2] (logit noise and bias a ~ 2; router noise, which flips
 routes, nearer 1); a step below the target raises log c by at most g (c by at most 1.105x at g = 0.1), a step k times above it lowers
 log c by g (k - 1). The update is causal (step t's scale depends on steps < t only) and deterministic given the
@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from harness import metrics as M
-from harness.config import InferenceConfig, perturbations_on
+from harness.spec import InferenceConfig, perturbations_on
 
 C_MIN, C_MAX = 1e-3, 1e3  # the scale stays within 1e-3..1e3 of the configured level
 

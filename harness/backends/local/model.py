@@ -13,7 +13,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from harness.config import ModelConfig
+from harness.spec import ModelConfig
 from harness.tasks.vocab import BOS, DIGITS, EOS, EQUALS, PAD, PLUS, VOCAB_SIZE  # noqa: F401  (the tasks' vocabulary)
 
 

@@ -44,7 +44,7 @@ from harness import metrics as M
 from harness.backends.local.inference_engine import Rollout
 from harness.backends.local.model import PolicyPack
 from harness.backends.local.trainer import Batch, LocalTrainer, OldPolicyContext, PackTrainer
-from harness.config import RunConfig
+from harness.spec import RunConfig
 
 ROLLOUT_STATE = ("data_gen", "diag_gen", "infer")  # the checkpoint keys the rollout worker owns with overlap
 
@@ -143,7 +143,7 @@ def _main(conn, spec: dict, shared: PolicyPack, device: str, threads: int, paren
     numerics.pin()  # before torch's first operator (harness/numerics.py)
     torch.set_num_threads(threads)
     try:
-        from harness.config import build
+        from harness.spec import build
 
         cfg = build(spec)
         torch.manual_seed(cfg.seed)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from contextlib import ExitStack
 
-from harness.config import RunConfig
+from harness.spec import RunConfig
 
 
 def execute_pack(cfgs: list[RunConfig], rerun: bool = False, tags: dict[str, str] | None = None,

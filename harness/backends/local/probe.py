@@ -21,7 +21,7 @@ from harness.backends.local.inference_engine import InferenceEngine
 from harness.backends.local.tasks import Task
 from harness.backends.local.train_engine import TrainEngine
 from harness.backends.local.warmstart import warm_start
-from harness.config import RunConfig
+from harness.spec import RunConfig
 
 @dataclass
 class ProbeResult:

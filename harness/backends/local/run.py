@@ -8,7 +8,7 @@ import math
 import time
 from typing import Callable
 
-from harness.config import RunConfig
+from harness.spec import RunConfig
 from harness.errors import ConfigError
 from harness.summary import RunSummary, flat
 from harness.tags import run_tags

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from harness import tasks
-from harness.config import TaskConfig
+from harness.spec import TaskConfig
 from harness.tasks.base import TaskSpec
 from harness.tasks.vocab import CALL_END, EOS
 

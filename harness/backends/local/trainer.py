@@ -36,7 +36,7 @@ from harness.backends.local.prefix_cache import replay_coverage
 from harness.backends.local.tasks import Task
 from harness.backends.local.train_engine import TrainEngine
 from harness.backends.local.warmstart import warm_start
-from harness.config import RunConfig
+from harness.spec import RunConfig
 from harness.estimators.base import OldPolicy, PolicyForward
 from harness.estimators.losses import ppo_losses
 from harness.tasks.vocab import PAD

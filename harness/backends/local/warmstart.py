@@ -26,7 +26,8 @@ from harness.backends.local.inference_engine import InferenceEngine
 from harness.backends.local.model import Policy, build_policy
 from harness.backends.local.tasks import Task
 from harness import numerics, torchfile
-from harness.config import LOCAL_NUMERICS, InferenceConfig, ModelConfig, TaskConfig
+from harness.backends.local.identity import LOCAL_NUMERICS
+from harness.spec import InferenceConfig, ModelConfig, TaskConfig
 from harness.uri import home
 
 #: the cache folder; None = ``<home>/.cache/warmstart`` read at each use (tests point it elsewhere)

@@ -15,16 +15,17 @@ Modules: config (VerlConfig, validate), translate (spec -> overrides), plugins (
 verl's workers: mean_n and deterministic agent loops, rais loss + FSDP router patch, MLflow hook),
 memory (--plan), metrics (verl names -> ours), launch
 (Ray on Slurm), data/reward (prepared datasets). See docs/verl.md. Importing this package imports
-neither verl nor harness.config (harness.config imports VerlConfig from here).
+neither verl nor harness.spec (the spec's ``verl`` section, VerlConfig, is declared here as ``BACKEND.section``).
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
 from harness.backends import Backend
+from harness.backends.verl.config import VerlConfig
 
 if TYPE_CHECKING:  # pragma: no cover
-    from harness.config import RunConfig
+    from harness.spec import RunConfig
     from harness.tracking import Tracker
 
 __all__ = ["BACKEND", "validate", "command", "train", "run", "job", "print_plan"]
@@ -104,4 +105,5 @@ def launcher_problem(cfg: "RunConfig", lc: Any, label: str) -> Optional[tuple[st
 
 
 BACKEND = Backend(name="verl", validate=validate, run=run, job=job, launcher_problem=launcher_problem,
-                  command=command, plan=print_plan, finished=finished, run_files=RUN_FILES)
+                  command=command, plan=print_plan, finished=finished, run_files=RUN_FILES,
+                  section=("verl", VerlConfig))

@@ -6,7 +6,7 @@ holds what has no counterpart there: the training strategy and parallelism (set 
 presets in ``experiments/model/``), the cluster shape, the data files (task presets) and a few
 verl-only switches.
 
-``validate(cfg)`` is called by ``harness.config.validate`` when ``backend.name == "verl"``. Every
+``validate(cfg)`` is called by ``harness.spec.validate`` when ``backend.name == "verl"``. Every
 combination that verl cannot run (an estimator without a verl mapping, R3 on FSDP, a model without a
 checkpoint, sampler settings that make mean_n's re-scoring biased, ...) raises
 :class:`harness.errors.ConfigError` here, before any job is submitted; the estimator-specific checks are
@@ -22,7 +22,7 @@ from harness.errors import ConfigError
 from harness.errors import one_of as _one_of, require as _require
 
 if TYPE_CHECKING:  # pragma: no cover
-    from harness.config import RunConfig
+    from harness.spec import RunConfig
     from harness.estimators import Verl
 
 STRATEGIES = ("fsdp", "fsdp2", "megatron")
@@ -38,9 +38,6 @@ RECOMPUTE = ("none", "selective", "full")
 MAX_LLM_LR = 1e-4
 #: ``verl.tools`` by suffix -> verl's ``rollout.multi_turn`` key that loads it
 TOOL_FILES = {".py": "function_tool_path", ".yaml": "tool_config_path", ".yml": "tool_config_path"}
-#: verl keys added after the first verl runs were signed: each enters the signature only when set (not null),
-#: so the signatures of existing specs stay (harness.config.signature)
-LATER_KEYS = ("tools", "checkpoint_dir")
 
 
 @dataclass

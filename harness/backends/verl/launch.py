@@ -34,7 +34,8 @@ from typing import Any, Optional
 from submitit.helpers import Checkpointable, DelayedSubmission
 
 from harness.backends.verl.config import validate
-from harness.config import ROOT, RunConfig
+from harness.uri import ROOT
+from harness.spec import RunConfig
 
 SPEC_FILE = "spec.json"
 DONE_FILE = "verl_done"  # {"job": ..., "ok": bool}: the head's last word to the workers of this job
@@ -100,7 +101,7 @@ def write_spec(cfg: RunConfig) -> Path:
 
 
 def read_spec(path: str | Path) -> RunConfig:
-    from harness.config import build
+    from harness.spec import build
 
     return build(json.loads(Path(path).read_text()))
 
@@ -173,14 +174,14 @@ class VerlJob(Checkpointable):
         self.signal_before_s = signal_before_s  # slurm_parameters' slurm_signal_delay_s
 
     def __call__(self) -> dict[str, Any]:
-        from harness.config import build
+        from harness.spec import build
 
         os.environ.setdefault(SIGNAL_ENV, str(self.signal_before_s))  # the job's environment wins
         return node_main(build(self.spec))
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedSubmission:
         from harness.backends.verl.translate import checkpoint_root
-        from harness.config import build
+        from harness.spec import build
 
         cfg = build(self.spec)
         if _node_rank() == 0:  # the head's verl saves: requeue once its save is complete
@@ -502,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cmd == "requeue":
         return requeue(read_spec(args.spec))
-    from harness.config import load
+    from harness.spec import load
 
     cfg = load(list(args.overrides))
     print(sbatch_script(cfg, SlurmResources(partition=args.partition, account=args.account, time_min=args.time_min)),

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from harness.config import RunConfig
+    from harness.spec import RunConfig
 
 GB = 1e9
 #: CUDA context, NCCL buffers and allocator fragmentation, per GPU (a rule of thumb, not measured)

@@ -19,7 +19,7 @@ from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
 from harness import store
-from harness.config import ConfigError, RunConfig
+from harness.spec import ConfigError, RunConfig
 from harness.backends.verl import data, translate
 from harness.provenance import git_commit
 from harness.record import (SUMMARY_FILE, Identity, IdentityError, RunFolderError, RunRecord, active_run,

@@ -28,7 +28,8 @@ from typing import Any
 
 from harness import estimators, tasks
 from harness.backends.verl.config import TOOL_FILES, estimator_mapping
-from harness.config import ROOT, RunConfig
+from harness.uri import ROOT
+from harness.spec import RunConfig
 from harness.overrides import hydra_value
 from harness.tags import tag_values
 from harness.uri import home, mlflow_uri

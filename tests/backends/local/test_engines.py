@@ -7,7 +7,7 @@ from harness.backends.local.inference_engine import InferenceEngine
 from harness.backends.local.model import build_policy
 from harness.backends.local.tasks import Task
 from harness.backends.local.train_engine import TrainEngine
-from harness.config import load
+from harness.spec import load
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +177,7 @@ def test_deterministic_inference_removes_the_noise_and_the_frozen_arm_keeps_it_a
     """At the default router noise (sigma 1): ``deterministic(removed)`` and ``deterministic(frozen)`` both score
     with zero variance, but only ``removed`` is close to the training engine (precision is all that is left);
     the frozen projection is a fixed bias, far larger than the natural engine's mismatch."""
-    from harness.config import EstimatorConfig
+    from harness.spec import EstimatorConfig
     from harness.estimators import build
 
     cfg, policy, task, prompts = setup

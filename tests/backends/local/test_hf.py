@@ -9,7 +9,7 @@ pytest.importorskip("transformers", reason="transformers is not installed (pip i
 from harness.backends.local import hf  # noqa: E402
 from harness.backends.local import train_engine as TE  # noqa: E402
 from harness.backends.local.model import EOS, VOCAB_SIZE, build_policy  # noqa: E402
-from harness.config import ModelConfig  # noqa: E402
+from harness.spec import ModelConfig  # noqa: E402
 
 KINDS = ("moe", "dense")
 

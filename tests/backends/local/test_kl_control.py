@@ -11,7 +11,7 @@ from harness.backends.local.inference_engine import InferenceEngine
 from harness.backends.local.kl_control import C_MAX, KLController
 from harness.backends.local.trainer import LocalTrainer, PackTrainer
 from harness.backends.local.warmstart import warm_start
-from harness.config import ConfigError, load
+from harness.spec import ConfigError, load
 from harness.tags import perturbation
 
 SMALL = ["trainer.prompts_per_step=8", "trainer.group_size=4", "trainer.num_minibatches=2",
@@ -153,7 +153,7 @@ def test_the_tag_names_the_target_and_the_default_spec_is_unchanged():
 def test_the_controller_rule_is_part_of_a_held_spec_identity(monkeypatch):
     """A held run of controller rule 1 (the log rule of 2b2a5d3) is never found as finished for rule 2; an unheld
     spec does not sign the rule."""
-    import harness.config as config
+    import harness.backends.local.identity as config
 
     held, plain = load(["inference.kl_target=0.003"]), load([])
     sig, plain_sig = held.signature, plain.signature

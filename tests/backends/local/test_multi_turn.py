@@ -11,7 +11,7 @@ from harness.backends.local.inference_engine import InferenceEngine, _Call
 from harness.backends.local.model import PolicyPack, build_policy
 from harness.backends.local.tasks import Task
 from harness.backends.local.trainer import LocalTrainer
-from harness.config import InferenceConfig, load
+from harness.spec import InferenceConfig, load
 from harness.tasks.vocab import CALL_END, EOS, PAD
 
 EXACT = InferenceConfig(dtype="float32", deterministic=True, batch_variance=False, router_noise_sigma=0.0)  # float32, noiseless

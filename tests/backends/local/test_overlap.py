@@ -18,7 +18,8 @@ from harness.backends.local.model import PolicyPack
 from harness.backends.local.overlap import OverlapTrainer
 from harness.backends.local.trainer import LocalTrainer
 from harness import torchfile
-from harness.config import ROOT, load
+from harness.uri import ROOT
+from harness.spec import load
 from harness.errors import ConfigError
 
 TINY = ["trainer.prompts_per_step=4", "trainer.group_size=4", "trainer.num_minibatches=2", "diagnostics.noise_sequences=4"]

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from harness.backends.local.trainer import LocalTrainer, PackTrainer
-from harness.config import load
+from harness.spec import load
 
 TINY = ["trainer.prompts_per_step=4", "trainer.group_size=4", "trainer.num_minibatches=2", "diagnostics.noise_sequences=4"]
 TIMES = ("time/", "tokens/")

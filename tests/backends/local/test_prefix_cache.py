@@ -11,7 +11,7 @@ from harness.backends.local.model import PolicyPack, build_policy
 from harness.backends.local.prefix_cache import (MISSING, RECOMPUTED_OTHER, RECOMPUTED_SAME, SAMPLED, LRUCache,
                                                  turn_hits)
 from harness.backends.local.tasks import Task
-from harness.config import load
+from harness.spec import load
 from harness.tasks.vocab import CALL_END, PAD
 
 

@@ -6,7 +6,7 @@ import sys
 from mlflow.tracking import MlflowClient
 
 from harness.backends.local.probe import probe
-from harness.config import load
+from harness.spec import load
 
 
 def test_probe_measures_noise_per_engine():

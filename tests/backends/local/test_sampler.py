@@ -11,7 +11,7 @@ from harness.backends.local.inference_engine import InferenceEngine, sampler_log
 from harness.backends.local.model import build_policy
 from harness.backends.local.tasks import Task
 from harness.backends.local.train_engine import TrainEngine
-from harness.config import load
+from harness.spec import load
 
 Q = torch.tensor([0.5, 0.3, 0.15, 0.05])  # a 4-token vocabulary
 

@@ -68,7 +68,7 @@ _DIAG = ["trainer.prompts_per_step=8", "trainer.group_size=4", "trainer.num_mini
 
 def _bias_and_var(*arm: str) -> tuple[float, float]:
     from harness.backends.local.trainer import LocalTrainer
-    from harness.config import load
+    from harness.spec import load
 
     m = LocalTrainer(load([*_DIAG, *arm]), torch.device("cpu")).run_step()
     return m["mismatch/bias_sq"], m["noise/var_rollout"]

@@ -9,7 +9,7 @@ import torch
 
 from harness import torchfile
 from harness.backends.local import warmstart
-from harness.config import load
+from harness.spec import load
 
 QUICK = ["task.warmstart.max_steps=5", "task.warmstart.eval_every=5"]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import load
+from harness.spec import load
 
 try:
     import verl
@@ -34,7 +34,7 @@ LLM = ["trainer.lr=1e-6", "trainer.prompts_per_step=16", "trainer.group_size=8",
 
 
 def verl_spec(*overrides: str, tmp: Path | None = None):
-    """A validated backend=verl RunConfig (harness.config.load + the verl backend's validate)."""
+    """A validated backend=verl RunConfig (harness.spec.load + the verl backend's validate)."""
     from harness.backends.verl.config import validate
 
     extra = [f"out_dir={tmp}/run", f"tracking.uri=sqlite:///{tmp}/mlruns.db"] if tmp is not None else []

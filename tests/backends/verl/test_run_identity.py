@@ -16,7 +16,7 @@ import pytest
 
 from harness import backends
 from harness.backends.verl import runner, train, translate
-from harness.config import ROOT
+from harness.uri import ROOT
 from harness.record import IdentityError
 
 #: FAKE of verl's entry point (``python -c`` in place of ``-m verl.trainer.main_ppo``): appends the MLflow

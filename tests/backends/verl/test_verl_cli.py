@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from harness import estimators
-from harness.config import ROOT, ConfigError, load
+from harness.uri import ROOT
+from harness.spec import ConfigError, load
 from harness.run import main
 
 from harness.backends.verl import command, launch, train, translate
@@ -88,7 +89,7 @@ def test_invalid_combinations_fail_before_anything_runs(capsys, tmp_path, args, 
 
 def test_invalid_spec_is_refused_by_the_launch_pieces(tmp_path):
     cfg = load(["backend=verl", *LLM, "estimator=r3", "model=qwen3_30b_a3b", f"out_dir={tmp_path}/run"])
-    cfg.verl.strategy = "fsdp"  # built around harness.config.validate: the backend checks again itself
+    cfg.verl.strategy = "fsdp"  # built around harness.spec.validate: the backend checks again itself
     for fn in (command, launch.sbatch_script, launch.slurm_parameters, train):
         with pytest.raises(ConfigError, match="megatron"):
             fn(cfg)
@@ -135,7 +136,7 @@ def test_generated_data_is_readable_by_verl_and_rewarded_like_the_local_task(tmp
     from harness.backends.local.tasks import Task
     from harness.backends.verl import data, reward
     from harness.tasks import addition, sort
-    from harness.config import TaskConfig
+    from harness.spec import TaskConfig
 
     out = data.prepare("addition", tmp_path, length=3, n_train=32, n_test=8)
     assert out == tmp_path / "addition_L3"
@@ -186,7 +187,7 @@ def test_ablation_verl_sweep_validates():
     # rais and gmpo_rs on verl are experimental (verl.experimental_rais) and FSDP-only
     assert {r.cfg.estimator.name for r in runs} == mapped - {"rais", "gmpo_rs"}
     for r in runs:
-        validate(r.cfg)  # the verl backend's own checks, whether or not harness.config calls them
+        validate(r.cfg)  # the verl backend's own checks, whether or not harness.spec calls them
         assert r.cfg.trainer.lr == 1e-6 and r.cfg.verl.strategy == "megatron"
     spec = sweep.load_spec(path, [])
     res = launch.resources_from_launcher(spec.launcher)

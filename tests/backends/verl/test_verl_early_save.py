@@ -17,7 +17,8 @@ import pytest
 
 from harness.backends.verl import launch, memory, translate
 from harness.backends.verl.runner import CKPT_TRACKER, prune_checkpoints
-from harness.config import ROOT, ConfigError
+from harness.uri import ROOT
+from harness.spec import ConfigError
 
 #: FAKE of ``squeue -h -j JOB -o %e``: prints $FAKE_END (an ISO local time), as Slurm does
 FAKE_SQUEUE = "import os, sys; assert sys.argv[1:] == ['-h', '-j', os.environ['SLURM_JOB_ID'], '-o', '%e'], sys.argv; " \

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from harness.backends.verl import launch
-from harness.config import ROOT
+from harness.uri import ROOT
 
 #: FAKE of Ray's CLI: the cluster is files in $FAKE_RAY_STATE. ``start --head`` records the head's address, whose
 #: GCS answers $FAKE_RAY_HEAD_DELAY_S later; ``start --address=A`` joins (file worker-<node>) only if A is the

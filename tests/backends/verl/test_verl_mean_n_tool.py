@@ -138,7 +138,7 @@ def test_translation_of_a_multi_turn_mean_n_spec(spec):
     assert cfg.signature != plain.signature
     d = plain.to_dict()
     d["verl"].pop("tools")
-    from harness.config import signature
+    from harness.spec import signature
     assert signature(d) == plain.signature  # verl.tools unset does not enter the signature (golden specs stay)
     # a yaml tool config goes to verl's tool_config_path
     yaml_cfg = spec("estimator=mean_n", MOE, "verl.tools=/cluster/tools.yaml")

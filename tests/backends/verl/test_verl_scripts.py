@@ -11,7 +11,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from harness.config import ROOT, load
+from harness.uri import ROOT
+
+from harness.spec import load
 
 SCRIPTS = ROOT / "scripts"
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from harness import estimators
-from harness.config import ConfigError
+from harness.spec import ConfigError
 
 from harness.backends.verl import translate
 from harness.tags import run_tags
@@ -287,7 +287,7 @@ def test_generated_task_uses_our_reward_and_gsm8k_verls(spec):
 
 def test_gsm8k_preset_translates():
     """task=gsm8k_verl (harness/tasks/gsm8k.py: verl only, its rows scored by verl's rule reward)."""
-    from harness.config import build, compose
+    from harness.spec import build, compose
 
     from harness.backends.verl.config import validate
 

@@ -1,0 +1,125 @@
+"""Composing a spec with Hydra: the schema's defaults, then ``experiments/config.yaml`` and its groups, then
+the command line's overrides (issue 32).
+
+The base of every composition is the schema (``harness.spec.schema.defaults``, stored in Hydra's ConfigStore as
+``schema``), so ``experiments/config.yaml`` lists only the groups it composes and what an experiment deliberately
+changes. The shipped configs are package data (``experiments/`` beside ``harness/``, ``EXPERIMENTS``). A user's own
+configs (``--config-dir DIR``, or an ``experiments/`` folder in the working directory) come first: a preset there
+(``estimator/mine.yaml``, a ``config.yaml``) is found before a shipped one of the same name.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Sequence
+
+from harness import estimators
+from harness.errors import ConfigError
+from harness.spec.schema import RunConfig, defaults
+from harness.spec.validate import build
+from harness.uri import ROOT
+
+EXPERIMENTS = ROOT / "experiments"
+GROUPS = ("estimator", "model", "task", "backend")
+SCHEMA = "schema"
+
+
+def config_dirs(extra: Sequence[str | Path] = ()) -> list[Path]:
+    """Where configs are looked up, first match wins: ``extra`` (``--config-dir``), then ``./experiments`` when the
+    working directory has one of its own, then the shipped ``EXPERIMENTS``."""
+    dirs = [Path(d).expanduser().resolve() for d in extra]
+    for d in dirs:
+        if not d.is_dir():
+            raise ConfigError("--config-dir", f"{d} is not a folder")
+    local = (Path.cwd() / "experiments").resolve()
+    if local.is_dir() and local != EXPERIMENTS.resolve():
+        dirs.append(local)
+    return [*dirs, EXPERIMENTS]
+
+
+def group_options(group: str, dirs: Sequence[Path] | None = None) -> list[str]:
+    """The options of a config group: the YAML files in ``<dir>/<group>/`` of every config folder."""
+    return sorted({p.stem for d in (dirs or config_dirs()) for p in (Path(d) / group).glob("*.yaml")})
+
+
+def _schema_node() -> dict[str, Any]:
+    """The base of a composition: the schema's defaults, the estimator section without parameters (an estimator's
+    preset, ``experiments/estimator/<name>.yaml``, sets its own)."""
+    node = defaults()
+    node["estimator"] = {"name": node["estimator"]["name"]}
+    return node
+
+
+def _hydra_compose(overrides: list[str], config_name: str, dirs: list[Path]) -> dict[str, Any]:
+    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    ConfigStore.instance().store(name=SCHEMA, node=_schema_node())
+    search = [f"hydra.searchpath=[{','.join(f'file://{d}' for d in dirs[1:])}]"] if len(dirs) > 1 else []
+    with initialize_config_dir(config_dir=str(dirs[0]), version_base="1.3"):
+        cfg = hydra_compose(config_name=config_name, overrides=[*search, *overrides])
+    out = OmegaConf.to_container(cfg, resolve=True)
+    out.pop("hydra", None)
+    return out
+
+
+def compose(overrides: list[str], config_name: str = "config", dirs: Sequence[Path] | None = None) -> dict[str, Any]:
+    """Hydra composition of ``<config_name>.yaml`` (over the schema's defaults) with command-line overrides."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    dirs = list(dirs or config_dirs())
+    for ov in overrides:
+        key, sep, value = ov.lstrip("+~").partition("=")
+        if sep and key in GROUPS:
+            options = group_options(key, dirs)
+            if value not in options:
+                raise ConfigError(key, f"unknown value {value!r}; allowed: {', '.join(options)}")
+    try:
+        return _hydra_compose(list(overrides), config_name, dirs)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise _explain(exc, list(overrides), config_name, dirs) from None
+
+
+def _explain(exc: Exception, overrides: list[str], config_name: str, dirs: list[Path]) -> ConfigError:
+    """Hydra's error as a ConfigError naming the most specific key it concerns, in words a user can act on."""
+    msg = str(exc).splitlines()[0]
+    named = [k for k in (ov.split("=")[0].lstrip("+~") for ov in overrides) if f"'{k}'" in msg or k in msg]
+    key = getattr(exc, "full_key", None) or max(named, key=len, default=None) or "spec"
+    if msg.startswith("Could not override") and key != "spec":
+        msg = _unknown_key(str(key), overrides, config_name, dirs) or msg
+    if "LexerNoViableAlt" in msg or "token recognition error" in msg:  # Hydra's grammar: unquoted unicode etc.
+        bad = next((ov for ov in overrides if ov.split("=")[0].lstrip("+~") == key), None)
+        value = bad.partition("=")[2] if bad else "..."
+        msg = (f"Hydra cannot parse the value {value!r} unquoted (non-ASCII letters and some symbols need "
+               f"quotes): quote it, \"{key}='{value}'\" on a shell command line")
+    return ConfigError(str(key), msg)
+
+
+def _unknown_key(key: str, overrides: list[str], config_name: str, dirs: list[Path]) -> str | None:
+    """What to say of an override of a key the spec does not have: the keys its section has (an estimator's
+    section: its parameters, and which estimators take this one). None when the spec without it fails too."""
+    try:
+        spec = compose([ov for ov in overrides if ov.split("=")[0].lstrip("+~") != key], config_name, dirs)
+    except ConfigError:
+        return None
+    parent, _, leaf = key.rpartition(".")
+    node: Any = spec
+    for part in parent.split(".") if parent else ():
+        node = node.get(part) if isinstance(node, dict) else None
+    if not isinstance(node, dict):
+        return f"unknown key: the spec has no section {parent!r}"
+    if parent == "estimator":
+        name = node.get("name")
+        own = [k for k in node if k != "name"]
+        takers = [n for n in estimators.NAMES
+                  if any(f.name == leaf for f in dataclasses.fields(estimators.get(n).Params))]
+        return (f"not a parameter of {name} (its parameters: {', '.join(own) or 'none'})"
+                + (f"; {leaf} is a parameter of {', '.join(takers)}" if takers else ""))
+    return f"unknown key; {parent or 'the spec'} has: {', '.join(sorted(node))}"
+
+
+def load(overrides: list[str], config_name: str = "config", dirs: Sequence[Path] | None = None) -> RunConfig:
+    """The validated ``RunConfig`` of ``overrides`` (``compose`` then ``harness.spec.validate.build``)."""
+    return build(compose(overrides, config_name, dirs))
