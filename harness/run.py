@@ -19,13 +19,15 @@ from harness.uri import scrub
 
 __all__ = ["main", "usage", "execute", "RunSummary", "flat", "summary_rewards"]
 
-USAGE = """usage: python -m harness.run [OVERRIDE ...] [--rerun] [--dry-run] [--print-config] [--plan]
+USAGE = """usage: python -m harness.run [OVERRIDE ...] [--config-dir DIR] [--rerun] [--dry-run] [--print-config] [--plan]
 
 Overrides are Hydra's key=value, e.g.
   estimator=mean_n estimator.n=8 seed=3
   estimator=tis estimator.clip_c=2 estimator.level=sequence task=addition
-Groups (options: the YAML files in experiments/<group>/):
+Groups (options: the YAML files in experiments/<group>/, and in your own config folders):
 {groups}
+--config-dir    a folder of your own configs (estimator/mine.yaml, config.yaml, ...), searched before the shipped
+                ones; repeatable. An experiments/ folder in the working directory is searched too.
 --rerun         train again although the run is finished in the store (old folder files kept as *.prev-<time>)
 --dry-run       validate, print the resolved spec (backend=verl: the verl command) and stop
 --print-config  print the resolved spec as YAML and stop
@@ -39,30 +41,54 @@ another process, 1 store unreachable, locked past 120 s or full, or a run file n
 130/143 interrupted (SIGINT/SIGTERM: the MLflow run ends KILLED, a checkpoint resumes it)."""
 
 
-def usage() -> str:
-    """USAGE with each config group's options, read from ``experiments/<group>/*.yaml``."""
+def usage(dirs: list | None = None) -> str:
+    """USAGE with each config group's options, read from ``<config dir>/<group>/*.yaml``."""
     from harness.spec import GROUPS, group_options
 
-    return USAGE.format(groups="\n".join(f"  {g:10s} {', '.join(group_options(g))}" for g in GROUPS))
+    return USAGE.format(groups="\n".join(f"  {g:10s} {', '.join(group_options(g, dirs))}" for g in GROUPS))
+
+
+def config_dir_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``(argv without the --config-dir options, their folders)``: ``--config-dir DIR`` or ``--config-dir=DIR``."""
+    rest, dirs, i = [], [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--config-dir":
+            if i + 1 >= len(argv):
+                raise ConfigError("--config-dir", "needs a folder: --config-dir DIR")
+            dirs.append(argv[i + 1])
+            i += 2
+            continue
+        if a.startswith("--config-dir="):
+            dirs.append(a.partition("=")[2])
+        else:
+            rest.append(a)
+        i += 1
+    return rest, dirs
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    from harness.spec import config_dirs, load
+
+    try:
+        argv, extra = config_dir_args(argv)
+        dirs = config_dirs(extra)
+    except ConfigError as exc:
+        return fail(exc, 2)
     if any(a in ("-h", "--help") for a in argv):
-        print(usage())
+        print(usage(dirs))
         return 0
     dry = "--dry-run" in argv
     show = "--print-config" in argv
     flags = [a for a in argv if a.startswith("--")]
     unknown = [f for f in flags if f not in ("--dry-run", "--print-config", "--plan", "--rerun")]
     if unknown:
-        print(f"error: unknown option {unknown[0]}\n{usage()}", file=sys.stderr)
+        print(f"error: unknown option {unknown[0]}\n{usage(dirs)}", file=sys.stderr)
         return 2
     overrides = [a for a in argv if not a.startswith("--")]
-    from harness.spec import load
-
     try:
-        cfg = load(overrides)
+        cfg = load(overrides, dirs=dirs)
         backend = backends.get(cfg.backend.name)
         if "--plan" in argv:  # the backend's resource estimate (verl: per-GPU memory, harness/backends/verl/memory.py)
             if backend.plan is None:

@@ -4,8 +4,9 @@ the command line's overrides (issue 32).
 The base of every composition is the schema (``harness.spec.schema.defaults``, stored in Hydra's ConfigStore as
 ``schema``), so ``experiments/config.yaml`` lists only the groups it composes and what an experiment deliberately
 changes. The shipped configs are package data (``experiments/`` beside ``harness/``, ``EXPERIMENTS``). A user's own
-configs (``--config-dir DIR``, or an ``experiments/`` folder in the working directory) come first: a preset there
-(``estimator/mine.yaml``, a ``config.yaml``) is found before a shipped one of the same name.
+configs (``--config-dir DIR``, or an ``experiments/`` folder in the working directory) add presets to the shipped ones
+(``estimator/mine.yaml``; a preset named like a shipped one is refused: it would be ambiguous which one a stored run
+used), and a ``config.yaml`` of one's own replaces the shipped one.
 """
 from __future__ import annotations
 
@@ -42,6 +43,18 @@ def group_options(group: str, dirs: Sequence[Path] | None = None) -> list[str]:
     return sorted({p.stem for d in (dirs or config_dirs()) for p in (Path(d) / group).glob("*.yaml")})
 
 
+def _no_shadowing(dirs: list[Path]) -> None:
+    """A user's preset must not have the name of a shipped one (ConfigError naming the file and the fix)."""
+    for group in GROUPS:
+        shipped = {p.stem for p in (EXPERIMENTS / group).glob("*.yaml")}
+        for d in dirs:
+            if d.resolve() != EXPERIMENTS.resolve():
+                for p in sorted((d / group).glob("*.yaml")):
+                    if p.stem in shipped:
+                        raise ConfigError(group, f"{p} has the name of a shipped preset ({group}={p.stem}): "
+                                                 "rename it (e.g. mine_" + p.name + ")")
+
+
 def _schema_node() -> dict[str, Any]:
     """The base of a composition: the schema's defaults, the estimator section without parameters (an estimator's
     preset, ``experiments/estimator/<name>.yaml``, sets its own)."""
@@ -56,8 +69,12 @@ def _hydra_compose(overrides: list[str], config_name: str, dirs: list[Path]) -> 
     from omegaconf import OmegaConf
 
     ConfigStore.instance().store(name=SCHEMA, node=_schema_node())
-    search = [f"hydra.searchpath=[{','.join(f'file://{d}' for d in dirs[1:])}]"] if len(dirs) > 1 else []
-    with initialize_config_dir(config_dir=str(dirs[0]), version_base="1.3"):
+    # Hydra reads its search path from the primary config: the first folder that has it is primary, the others
+    # follow in order
+    primary = next((d for d in dirs if (d / f"{config_name}.yaml").is_file()), dirs[-1])
+    rest = [d for d in dirs if d != primary]
+    search = [f"hydra.searchpath=[{','.join(f'file://{d}' for d in rest)}]"] if rest else []
+    with initialize_config_dir(config_dir=str(primary), version_base="1.3"):
         cfg = hydra_compose(config_name=config_name, overrides=[*search, *overrides])
     out = OmegaConf.to_container(cfg, resolve=True)
     out.pop("hydra", None)
@@ -70,6 +87,7 @@ def compose(overrides: list[str], config_name: str = "config", dirs: Sequence[Pa
     from omegaconf.errors import OmegaConfBaseException
 
     dirs = list(dirs or config_dirs())
+    _no_shadowing(dirs)
     for ov in overrides:
         key, sep, value = ov.lstrip("+~").partition("=")
         if sep and key in GROUPS:

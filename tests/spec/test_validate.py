@@ -1,0 +1,65 @@
+"""The spec layer: every check of a spec names its key (harness/spec/validate.py)."""
+import pytest
+
+from harness.spec import ConfigError, load
+
+
+def test_config_error_is_the_leaf_one():
+    from harness import errors
+
+    assert ConfigError is errors.ConfigError  # ``from harness.spec import ConfigError`` works too
+
+@pytest.mark.parametrize("overrides, key, text", [
+    (["estimator=mean_n", "estimator.n=0"], "estimator.n", ">= 1"),
+    (["estimator=tis", "estimator.clip_c=0.5"], "estimator.clip_c", "> 1"),
+    (["estimator=tis", "estimator.level=word"], "estimator.level", "allowed: token, sequence"),
+    (["trainer.lr=-1"], "trainer.lr", "> 0"),
+    (["trainer.num_minibatches=3"], "trainer.num_minibatches", "divide"),
+    (["model=dense_tiny", "estimator=r3"], "estimator", "router"),
+    (["inference.dtype=int8"], "inference.dtype", "bfloat16"),
+    (["model=nope"], "model", "moe_tiny"),
+    (["inference.top_p=0"], "inference.top_p", "(0, 1]"),
+    (["inference.top_p=1.5"], "inference.top_p", "(0, 1]"),
+])
+def test_bad_values_name_the_key(overrides, key, text):
+    with pytest.raises(ConfigError) as err:
+        load(overrides)
+    assert err.value.key == key and text in str(err.value)
+
+@pytest.mark.parametrize("overrides, key, text", [
+    (["estimator=mean_n", "estimator.n=1e9"], "estimator.n", "<= "),  # hung at step 0 on 56d12ff
+    (["trainer.lr=inf"], "trainer.lr", "finite"),
+    (["inference.temperature=nan"], "inference.temperature", "finite"),
+    (["tracking.experiment=../../x"], "tracking.experiment", "plain name"),  # wrote outside the project
+    (["tracking.experiment=a/b"], "tracking.experiment", "plain name"),
+    (["tracking.run_name=.."], "tracking.run_name", "plain name"),
+    (["seed=-1"], "seed", "[0, 2**31)"),
+    (["seed=2147483648"], "seed", "[0, 2**31)"),
+    (["trainer.steps=1000000"], "trainer.steps", "<= "),
+    (["trainer.prompts_per_step=8192", "trainer.group_size=1024"], "trainer.prompts_per_step", "sequences"),
+    (["diagnostics.noise_passes=1000"], "diagnostics.noise_passes", "<= "),
+    (["task.warmstart.batch_size=0"], "task.warmstart.batch_size", ">= 1"),
+])
+def test_values_that_hang_escape_or_are_not_finite_are_refused(overrides, key, text):
+    with pytest.raises(ConfigError) as err:
+        load(overrides)
+    assert err.value.key == key and text in str(err.value), str(err.value)
+
+def test_limits_and_names_accept_what_the_experiments_use():
+    cfg = load(["estimator=mean_n", "estimator.n=16", "seed=2147483647", "tracking.experiment=my study 2"])
+    assert cfg.run_dir.parent.name == "my study 2" and cfg.seed == 2**31 - 1
+
+@pytest.mark.parametrize("overrides, key, text", [
+    (["task=lookup", "inference.prefix_cache_capacity=1.5"], "inference.prefix_cache_capacity", "[0, 1]"),
+    (["task=lookup", "inference.prefix_cache_capacity=-0.1"], "inference.prefix_cache_capacity", "[0, 1]"),
+    (["task=lookup", "inference.replay_on_miss=drop"], "inference.replay_on_miss", "allowed: recompute, missing"),
+    (["inference.prefix_cache_capacity=0.5"], "inference.prefix_cache_capacity", "multi-turn task (lookup)"),
+    (["inference.replay_on_miss=missing"], "inference.replay_on_miss", "single-turn"),
+    (["task=lookup", "inference.replay_on_miss=missing"], "inference.replay_on_miss", "never evicts"),
+    (["backend=verl", "model=qwen3_30b_a3b", "trainer.lr=1e-6", "inference.prefix_cache_capacity=0.5"],
+     "inference.prefix_cache_capacity", "only by the local inference engine"),
+])
+def test_prefix_cache_knobs_are_checked(overrides, key, text):
+    with pytest.raises(ConfigError) as err:
+        load(overrides)
+    assert err.value.key == key and text in str(err.value)
