@@ -1,0 +1,105 @@
+"""Keyed random numbers: Philox4x32-10 in tensor ops, for every seed of a pack in one call (issue 29, item 1).
+
+Every draw is a pure function of its key and counter, not of a generator's state:
+
+    key     = (seed, stream)                       two 32-bit words: the run's seed, the kind of draw
+    counter = (step, call, position, block)        four 32-bit words: the training step, the call within the step,
+                                                   the element's position, and which block of four words
+
+so a seed's draws are the same alone or in any pack (its rows of a batched call are computed from its own key only),
+on any device, and a resumed run needs only its step counter. Philox4x32-10 is Salmon, Moraes, Dror & Shaw,
+"Parallel random numbers: as easy as 1, 2, 3" (SC 2011), the generator of cuRAND and of JAX; ``philox4x32`` matches
+the reference implementation's published known-answer vectors (Random123's ``kat_vectors``;
+``tests/backends/local/test_philox.py``) and passes uniformity and independence tests there.
+
+Arithmetic: 32-bit words are held in int64 tensors (values in [0, 2**32)); the 32 x 32 -> 64-bit products Philox
+needs are formed from 16-bit halves so that no intermediate exceeds 2**63 (torch has no uint64 multiply on every
+device). Each call is a fixed sequence of about 150 tensor operators whatever the number of seeds or elements.
+Not yet wired into the local engines (they still draw from one ``torch.Generator`` per seed and stream): that, and
+the numerics version it bumps, is the rest of issue 29.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+MASK32 = 0xFFFFFFFF
+_M0, _M1 = 0xD2511F53, 0xCD9E8D57  # Philox4x32 multipliers
+_W0, _W1 = 0x9E3779B9, 0xBB67AE85  # Weyl key increments (golden ratio, sqrt(3) - 1)
+ROUNDS = 10
+#: the streams of draws a run makes (the key's second word): one per kind, so that kinds never share numbers
+STREAMS = {"sample": 1, "noise": 2, "combine": 3, "split": 4, "shuffle": 5, "score": 6, "test": 99}
+
+
+def _mulhilo(a: Tensor, m: int) -> tuple[Tensor, Tensor]:
+    """``(hi, lo)`` 32-bit words of the 64-bit product ``a * m`` (``a`` in [0, 2**32), ``m`` a 32-bit constant)."""
+    m_hi, m_lo = m >> 16, m & 0xFFFF
+    p_lo = a * m_lo  # < 2**48
+    p_hi = a * m_hi  # < 2**48; a * m = p_hi * 2**16 + p_lo
+    t = (p_hi & 0xFFFF) * 65536 + p_lo  # < 2**49
+    return (p_hi >> 16) + (t >> 32), t & MASK32
+
+
+def philox4x32(counter: Tensor, key: Tensor, rounds: int = ROUNDS) -> Tensor:
+    """Philox4x32-``rounds`` of ``counter`` [..., 4] under ``key`` [..., 2] (int64 tensors of 32-bit words,
+    broadcast against each other): four random 32-bit words per counter, [..., 4]."""
+    c0, c1, c2, c3 = (counter[..., i] for i in range(4))
+    k0, k1 = key[..., 0], key[..., 1]
+    for r in range(rounds):
+        if r:
+            k0, k1 = (k0 + _W0) & MASK32, (k1 + _W1) & MASK32
+        hi0, lo0 = _mulhilo(c0, _M0)
+        hi1, lo1 = _mulhilo(c2, _M1)
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+    return torch.stack(torch.broadcast_tensors(c0, c1, c2, c3), dim=-1)
+
+
+def bits(seeds: Tensor, stream: str, step: int | Tensor, call: int, n: int) -> Tensor:
+    """``n`` random 32-bit words per seed, [S, n] int64: the words of (seed, stream) at (step, call, 0..n-1).
+    ``seeds`` [S] int64; ``step`` an int or a per-seed [S] tensor."""
+    device = seeds.device
+    blocks = (n + 3) // 4
+    pos = torch.arange(blocks, device=device, dtype=torch.int64)
+    step_t = torch.as_tensor(step, dtype=torch.int64, device=device).reshape(-1, 1).expand(seeds.shape[0], blocks)
+    counter = torch.stack([step_t & MASK32, torch.full_like(step_t, call & MASK32), pos.expand_as(step_t) & MASK32,
+                           (pos >> 32).expand_as(step_t)], dim=-1)  # [S, blocks, 4]
+    key = torch.stack([seeds & MASK32, torch.full_like(seeds, STREAMS[stream])], dim=-1)[:, None, :]  # [S, 1, 2]
+    return philox4x32(counter, key).reshape(seeds.shape[0], blocks * 4)[:, :n]
+
+
+def uniform(seeds: Tensor, stream: str, step: int | Tensor, call: int, shape: Sequence[int],
+            dtype: torch.dtype = torch.float32) -> Tensor:
+    """Uniform draws in (0, 1), [S, *shape]: the top 24 bits of a word (float32) or 53 bits of two (float64),
+    offset by half a unit so that neither 0 nor 1 occurs (a log or an inverse CDF of them is finite)."""
+    n = math.prod(shape)
+    if dtype == torch.float64:
+        w = bits(seeds, stream, step, call, 2 * n).reshape(seeds.shape[0], n, 2)
+        k = (w[..., 0] >> 6) * 134217728 + (w[..., 1] >> 5)  # 27 + 26 = 53 bits
+        u = (k.to(torch.float64) + 0.5) * 2.0 ** -53
+    else:
+        w = bits(seeds, stream, step, call, n)
+        u = ((w >> 8).to(torch.float32) + 0.5) * 2.0 ** -24
+    return u.reshape(seeds.shape[0], *shape).to(dtype)
+
+
+def normal(seeds: Tensor, stream: str, step: int | Tensor, call: int, shape: Sequence[int],
+           dtype: torch.dtype = torch.float32) -> Tensor:
+    """Standard normal draws, [S, *shape], by Box-Muller on two keyed uniforms per draw (in float64, then cast)."""
+    n = math.prod(shape)
+    u = uniform(seeds, stream, step, call, (n, 2), torch.float64)
+    z = torch.sqrt(-2.0 * torch.log(u[..., 0])) * torch.cos(2.0 * math.pi * u[..., 1])
+    return z.reshape(seeds.shape[0], *shape).to(dtype)
+
+
+def gumbel(seeds: Tensor, stream: str, step: int | Tensor, call: int, shape: Sequence[int]) -> Tensor:
+    """Gumbel(0, 1) draws, [S, *shape] float32: ``argmax(logits + gumbel)`` samples the softmax of ``logits``."""
+    return -torch.log(-torch.log(uniform(seeds, stream, step, call, shape, torch.float64))).to(torch.float32)
+
+
+def permutation(seeds: Tensor, stream: str, step: int | Tensor, call: int, n: int) -> Tensor:
+    """A uniformly random permutation of ``range(n)`` per seed, [S, n] int64: the argsort of 53-bit keyed uniforms
+    (ties have probability ~ n**2 / 2**54, and break by position, as ``torch.argsort(stable=True)`` does)."""
+    return torch.argsort(uniform(seeds, stream, step, call, (n,), torch.float64), dim=-1, stable=True)
