@@ -1,0 +1,123 @@
+"""How a seed pack scales: s/step, seed-steps/s and operator calls per step for packs of 1, 8, 32, 128, 256 seeds
+(issue 29), on the device it finds, all measured in one process.
+
+    python benchmarks/pack_scaling.py                          # cuda if available, else cpu; packs 1 8 32 128 256
+    python benchmarks/pack_scaling.py --device cpu --packs 1 8 --steps 3 --quick
+
+For each estimator (``--estimators``, default recompute and mean_n with n = 8) and pack size S: a ``PackTrainer``
+of seeds 0..S-1 of the default spec (``--overrides`` change it) takes ``--warmup`` steps, then ``--steps`` timed steps
+(``torch.cuda.synchronize`` around each on CUDA); its seed-steps/s is S / (s/step) and its ratio is that over the
+pack of one's. Then one more step runs under a ``TorchDispatchMode`` that counts every ATen operator call and the
+host synchronisations among them (``.item()``/``.tolist()`` read-backs, ``nonzero``, copies to the host):
+**the operator count per step must not grow with the pack size** (issue 29's device-independent check, target:
+a pack of 64 within 1.1x of a pack of 1). A pack that runs out of memory is reported and the larger ones skipped.
+
+One torch thread (``--threads``) unless told otherwise: on a 2-core machine timings swing with two.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # runnable as a plain script from a checkout
+    sys.path.insert(0, str(ROOT))
+
+from harness import numerics  # noqa: E402
+from harness.spec import load  # noqa: E402
+
+#: ATen operators that make the host wait for the device (a read-back or a data-dependent shape)
+SYNCS = ("_local_scalar_dense", "nonzero", "item", "unique", "masked_select")
+
+
+class OpCount(TorchDispatchMode):
+    """Counts ATen operator calls, and the host synchronisations among them, while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+        self.syncs = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
+        name = func.__name__.split(".")[0]
+        to_host = name in ("_to_copy", "copy_") and any(isinstance(a, torch.Tensor) and a.device.type != "cpu"
+                                                        for a in args) and (kwargs or {}).get("device") == "cpu"
+        if name in SYNCS or to_host:
+            self.syncs += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(estimator: list[str], size: int, device: torch.device, args) -> dict:
+    """One pack of ``size`` seeds: its s/step (median of the timed steps), operator calls and syncs per step."""
+    from harness.backends.local.trainer import PackTrainer
+
+    cfgs = [load([*estimator, *args.overrides, f"seed={s}", f"trainer.steps={args.warmup + args.steps + 2}"])
+            for s in range(size)]
+    trainer = PackTrainer(cfgs, device)
+    for _ in range(args.warmup):
+        trainer.run_step()
+    times = []
+    for _ in range(args.steps):
+        _sync(device)
+        t0 = time.perf_counter()
+        trainer.run_step()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    with OpCount() as count:
+        trainer.run_step()
+    s_step = statistics.median(times)
+    return {"s_step": s_step, "seed_steps_s": size / s_step, "ops": count.ops, "syncs": count.syncs}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="auto", help="cpu | cuda | auto (cuda if available)")
+    ap.add_argument("--packs", type=int, nargs="+", default=[1, 8, 32, 128, 256])
+    ap.add_argument("--estimators", nargs="+", default=["estimator=recompute", "estimator=mean_n,estimator.n=8"],
+                    help="one spec per item, its overrides joined by commas")
+    ap.add_argument("--overrides", nargs="*", default=[], help="overrides of every spec, e.g. model=dense_tiny")
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--quick", action="store_true", help="2 timed steps after 1 warm-up (a smoke test)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.steps, args.warmup = 2, 1
+    numerics.pin()
+    torch.set_num_threads(args.threads)
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if args.device == "auto" else args.device))
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({args.threads} thread(s))"
+    print(f"# device: {name}; torch {torch.__version__}; {args.steps} timed steps after {args.warmup} warm-up")
+    print("| estimator | pack | s/step | seed-steps/s | x one seed | ops/step | ops/step / pack of 1 | host syncs/step |")
+    print("|---|---|---|---|---|---|---|---|")
+    for spec in args.estimators:
+        overrides = spec.split(",")
+        base = None
+        for size in args.packs:
+            try:
+                r = measure(overrides, size, device, args)
+            except torch.OutOfMemoryError:
+                print(f"| {spec} | {size} | out of memory | | | | | |")
+                break
+            base = base or r
+            print(f"| {spec} | {size} | {r['s_step']:.3f} | {r['seed_steps_s']:.1f} | "
+                  f"{r['seed_steps_s'] / base['seed_steps_s']:.2f} | {r['ops']} | {r['ops'] / base['ops']:.2f} | "
+                  f"{r['syncs']} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
