@@ -51,7 +51,9 @@ __all__ = ["InferenceEngine", "Rollout", "sampler_logp"]
 
 class InferenceEngine(Decoding, MultiTurn, Scoring, Sampling, Noise, Forward):
     """The engine of one policy (``seed`` an int) or of a seed pack (a ``PolicyPack`` and one seed
-    per slice): the pack's tensors carry a leading seed axis, every seed its own generators."""
+    per slice): the pack's tensors carry a leading seed axis, every seed its own generators. Its methods come
+    from its parts (``harness.backends.local.inference``): generate, generate_turns and prefill, score, the
+    sampler, the perturbations and the forward pass."""
 
     def __init__(self, policy: "Policy | PolicyPack", cfg: InferenceConfig, seed: "int | list[int]",
                  device: torch.device | str = "cpu"):

@@ -34,7 +34,7 @@ def sampler_logp(logp: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: 
 
 class Sampling:
     """The sampler of ``InferenceEngine``: its ``cfg`` (temperature, top-k, top-p, ``logprobs_mode``) and one
-    sampling generator per seed (``sample_gens``)."""
+    sampling generator per seed (``sample_gens``); the model distribution it processes is ``Noise._model_logp``."""
 
     def _sampler_logp(self, logp: Tensor) -> Tensor:
         """The processed distribution the sampler draws from (temperature, top-k, top-p: ``sampler_logp``)."""
