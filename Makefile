@@ -9,8 +9,11 @@ install:
 install-test:
 	bash scripts/install.sh test
 
+# `make demo DEVICE=cuda`: the same sweep on a GPU, the 2 seeds of each estimator trained as one seed pack per job
+DEVICE ?= cpu
+DEMO_DEVICE := $(if $(filter cpu,$(DEVICE)),,backend.device=$(DEVICE) launcher.seeds_per_job=2)
 demo: install
-	$(PY) -m harness.sweep sweeps/demo.yaml launcher=local --wait
+	$(PY) -m harness.sweep sweeps/demo.yaml launcher=local --wait $(DEMO_DEVICE)
 	$(PY) -m analysis report --experiment demo
 
 test: install-test

@@ -16,7 +16,8 @@ import dataclasses
 
 import torch
 
-from harness.backends.local.inference_engine import InferenceEngine, _Call
+from harness.backends.local.inference.kernels import _Call
+from harness.backends.local.inference_engine import InferenceEngine
 from harness.backends.local.tasks import Task
 from harness.backends.local.train_engine import forward
 from harness.backends.local.warmstart import warm_start

@@ -114,7 +114,7 @@ def between_turns(engine, cache, context: Tensor, turn1: Tensor, stop: int, pad:
 def refill(engine, cache, tokens: Tensor, miss: Tensor) -> tuple[Tensor | None, Tensor | None]:
     """Re-prefill the contexts ``tokens`` [S, B, c] (positions 0..c-1, what ``cache`` holds) of the rows
     that missed (``miss`` [S, B]) in one fresh engine call, and write their K and V into ``cache`` (an
-    ``inference_engine._Cache``). The call draws from the engine's own ``cache_gens``, so the rows that hit
+    ``inference.kv_cache.KVCache``). The call draws from the engine's own ``cache_gens``, so the rows that hit
     are bitwise those of a full cache. Returns the call's selected experts [S, B, c, L, k] and router
     log-probs [S, B, c, L, E] (None for a dense model); only the missed rows' are meant to be used."""
     c = tokens.shape[-1]

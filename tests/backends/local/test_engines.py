@@ -144,7 +144,7 @@ def test_deterministic_mode_freezes_the_noise_knobs(setup):
 
 def test_batched_calls_keep_their_own_split_k_and_match_one_call_each(setup):
     """One batched call over G groups = G separate calls, each with its own split-K factor."""
-    from harness.backends.local.inference_engine import SPLITS, _Call
+    from harness.backends.local.inference.kernels import SPLITS, _Call
 
     cfg, _, _, _ = setup
     gen = torch.Generator().manual_seed(0)
@@ -162,7 +162,7 @@ def test_batched_calls_keep_their_own_split_k_and_match_one_call_each(setup):
 
 def test_scoring_keeps_only_the_response_positions_and_matches_a_full_forward(setup):
     """score() skips the last layer's work at prompt positions; deterministic: same log-probs."""
-    from harness.backends.local.inference_engine import _Call
+    from harness.backends.local.inference.kernels import _Call
 
     cfg, policy, task, prompts = setup
     icfg = type(cfg.inference)(**{**cfg.inference.__dict__, "deterministic": True})

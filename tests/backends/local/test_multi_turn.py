@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from harness import estimators
-from harness.backends.local.inference_engine import InferenceEngine, _Call
+from harness.backends.local.inference.kernels import _Call
+from harness.backends.local.inference_engine import InferenceEngine
 from harness.backends.local.model import PolicyPack, build_policy
 from harness.backends.local.tasks import Task
 from harness.backends.local.trainer import LocalTrainer

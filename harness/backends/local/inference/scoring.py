@@ -1,0 +1,47 @@
+"""The engine's scoring (``Scoring``, a part of ``InferenceEngine``), like vLLM's ``prompt_logprobs``: one prefill
+over prompt + response, the log-probs of the response tokens. ``score(tokens, n)`` returns n independent scorings
+in one batched forward over n x B rows (each pass its own ``_Call``: split-K factor, combine orders, noise draws),
+in the engine's ``logprobs_mode``.
+
+vLLM's ``prompt_logprobs`` (what verl's mean_n loop re-scores with) are always the raw distribution whatever
+``logprobs_mode`` (docs/engines.md, "Sampler"): here ``processed`` scoring applies the sampler, so that mean_n
+estimates the distribution actually sampled from; verl runs mean_n only where the two agree (T = 1, no top-k /
+top-p).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from harness.backends.local.inference.kernels import _Call
+
+
+class Scoring:
+    """``score`` and ``score_once``, over ``InferenceEngine``'s forward, perturbations and sampler."""
+
+    @torch.no_grad()
+    def score(self, tokens: Tensor, prompt_len: int, n: int,
+              generator: "torch.Generator | list[torch.Generator] | None" = None) -> Tensor:
+        """n independent scorings [n, B, R] ([S, n, B, R] for pack tokens [S, B, T]) in one
+        batched prefill over (S x) n x B rows; each pass has its own split-K factor, combine
+        orders and noise draws (from its seed's generator)."""
+        single = tokens.dim() == 2
+        if single:
+            tokens = tokens[None]
+        s_, b, t = tokens.shape
+        gens = generator or self.noise_gens
+        if s_ > 1:  # a pack: seed by seed (each seed's rows and draws are its own: bitwise the same; n x B rows
+            gens = gens if isinstance(gens, (list, tuple)) else [gens]  # of one seed stay cache-sized, S x n x B not)
+            return torch.stack([self.seed_view(i).score(tokens[i], prompt_len, n, gens[i]) for i in range(s_)])
+        call = _Call(self.cfg, gens, n, self.r)
+        inputs = tokens[:, None, :, :-1].expand(s_, n, b, t - 1).reshape(s_ * n, b, t - 1)  # last: predicts nothing
+        logits, _, _ = self._forward(call, inputs, 0, None, keep_from=prompt_len - 1)
+        model_logp = self._model_logp(logits)
+        logp = self._reported(model_logp, self._sampler_logp(model_logp))
+        target = tokens[:, None, :, prompt_len:, None].expand(s_, n, b, t - prompt_len, 1).reshape(s_ * n, b, -1, 1)
+        out = logp.gather(-1, target).squeeze(-1).view(s_, n, b, -1)
+        return out[0] if single else out
+
+    def score_once(self, tokens: Tensor, prompt_len: int, generator: torch.Generator | None = None) -> Tensor:
+        """One prefill pass over prompt+response: log-probs of the response tokens [B, R]."""
+        return self.score(tokens, prompt_len, 1, generator)[0]
