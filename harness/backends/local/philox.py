@@ -3,8 +3,9 @@
 Every draw is a pure function of its key and counter, not of a generator's state:
 
     key     = (seed, stream)                       two 32-bit words: the run's seed, the kind of draw
-    counter = (step, call, position, block)        four 32-bit words: the training step, the call within the step,
-                                                   the element's position, and which block of four words
+    counter = (step, call, draw, block)            four 32-bit words: the training step, the engine call within the
+                                                   step, the draw within the call, and the block of four words
+                                                   (element i of a draw is word i % 4 of block i // 4)
 
 so a seed's draws are the same alone or in any pack (its rows of a batched call are computed from its own key only),
 on any device, and a resumed run needs only its step counter. Philox4x32-10 is Salmon, Moraes, Dror & Shaw,
@@ -57,49 +58,51 @@ def philox4x32(counter: Tensor, key: Tensor, rounds: int = ROUNDS) -> Tensor:
     return torch.stack(torch.broadcast_tensors(c0, c1, c2, c3), dim=-1)
 
 
-def bits(seeds: Tensor, stream: str, step: int | Tensor, call: int, n: int) -> Tensor:
-    """``n`` random 32-bit words per seed, [S, n] int64: the words of (seed, stream) at (step, call, 0..n-1).
-    ``seeds`` [S] int64; ``step`` an int or a per-seed [S] tensor."""
+def bits(seeds: Tensor, stream: str, step: int | Tensor, call: int, n: int, draw: int = 0) -> Tensor:
+    """``n`` random 32-bit words per seed, [S, n] int64: the words of key (seed, stream) at counters
+    (step, call, draw, 0..ceil(n/4)-1). ``seeds`` [S] int64; ``step`` an int or a per-seed [S] tensor."""
     device = seeds.device
     blocks = (n + 3) // 4
-    pos = torch.arange(blocks, device=device, dtype=torch.int64)
+    if blocks > MASK32:
+        raise ValueError(f"a draw of {n} numbers exceeds the counter's block word (<= {4 * MASK32})")
+    block = torch.arange(blocks, device=device, dtype=torch.int64).expand(seeds.shape[0], blocks)
     step_t = torch.as_tensor(step, dtype=torch.int64, device=device).reshape(-1, 1).expand(seeds.shape[0], blocks)
-    counter = torch.stack([step_t & MASK32, torch.full_like(step_t, call & MASK32), pos.expand_as(step_t) & MASK32,
-                           (pos >> 32).expand_as(step_t)], dim=-1)  # [S, blocks, 4]
+    counter = torch.stack([step_t & MASK32, torch.full_like(block, call & MASK32), torch.full_like(block, draw & MASK32),
+                           block], dim=-1)  # [S, blocks, 4]
     key = torch.stack([seeds & MASK32, torch.full_like(seeds, STREAMS[stream])], dim=-1)[:, None, :]  # [S, 1, 2]
     return philox4x32(counter, key).reshape(seeds.shape[0], blocks * 4)[:, :n]
 
 
 def uniform(seeds: Tensor, stream: str, step: int | Tensor, call: int, shape: Sequence[int],
-            dtype: torch.dtype = torch.float32) -> Tensor:
+            dtype: torch.dtype = torch.float32, draw: int = 0) -> Tensor:
     """Uniform draws in (0, 1), [S, *shape]: the top 24 bits of a word (float32) or 53 bits of two (float64),
     offset by half a unit so that neither 0 nor 1 occurs (a log or an inverse CDF of them is finite)."""
     n = math.prod(shape)
     if dtype == torch.float64:
-        w = bits(seeds, stream, step, call, 2 * n).reshape(seeds.shape[0], n, 2)
+        w = bits(seeds, stream, step, call, 2 * n, draw).reshape(seeds.shape[0], n, 2)
         k = (w[..., 0] >> 6) * 134217728 + (w[..., 1] >> 5)  # 27 + 26 = 53 bits
         u = (k.to(torch.float64) + 0.5) * 2.0 ** -53
     else:
-        w = bits(seeds, stream, step, call, n)
+        w = bits(seeds, stream, step, call, n, draw)
         u = ((w >> 8).to(torch.float32) + 0.5) * 2.0 ** -24
     return u.reshape(seeds.shape[0], *shape).to(dtype)
 
 
 def normal(seeds: Tensor, stream: str, step: int | Tensor, call: int, shape: Sequence[int],
-           dtype: torch.dtype = torch.float32) -> Tensor:
+           dtype: torch.dtype = torch.float32, draw: int = 0) -> Tensor:
     """Standard normal draws, [S, *shape], by Box-Muller on two keyed uniforms per draw (in float64, then cast)."""
     n = math.prod(shape)
-    u = uniform(seeds, stream, step, call, (n, 2), torch.float64)
+    u = uniform(seeds, stream, step, call, (n, 2), torch.float64, draw)
     z = torch.sqrt(-2.0 * torch.log(u[..., 0])) * torch.cos(2.0 * math.pi * u[..., 1])
     return z.reshape(seeds.shape[0], *shape).to(dtype)
 
 
-def gumbel(seeds: Tensor, stream: str, step: int | Tensor, call: int, shape: Sequence[int]) -> Tensor:
+def gumbel(seeds: Tensor, stream: str, step: int | Tensor, call: int, shape: Sequence[int], draw: int = 0) -> Tensor:
     """Gumbel(0, 1) draws, [S, *shape] float32: ``argmax(logits + gumbel)`` samples the softmax of ``logits``."""
-    return -torch.log(-torch.log(uniform(seeds, stream, step, call, shape, torch.float64))).to(torch.float32)
+    return -torch.log(-torch.log(uniform(seeds, stream, step, call, shape, torch.float64, draw))).to(torch.float32)
 
 
-def permutation(seeds: Tensor, stream: str, step: int | Tensor, call: int, n: int) -> Tensor:
+def permutation(seeds: Tensor, stream: str, step: int | Tensor, call: int, n: int, draw: int = 0) -> Tensor:
     """A uniformly random permutation of ``range(n)`` per seed, [S, n] int64: the argsort of 53-bit keyed uniforms
     (ties have probability ~ n**2 / 2**54, and break by position, as ``torch.argsort(stable=True)`` does)."""
-    return torch.argsort(uniform(seeds, stream, step, call, (n,), torch.float64), dim=-1, stable=True)
+    return torch.argsort(uniform(seeds, stream, step, call, (n,), torch.float64, draw), dim=-1, stable=True)

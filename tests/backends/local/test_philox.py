@@ -44,7 +44,8 @@ def test_a_seeds_draws_are_the_same_alone_and_in_any_pack():
 def test_every_key_and_counter_word_changes_the_draws():
     base = philox.bits(SEEDS, "noise", 3, 1, 8)
     for other in (philox.bits(SEEDS + 1, "noise", 3, 1, 8), philox.bits(SEEDS, "sample", 3, 1, 8),
-                  philox.bits(SEEDS, "noise", 4, 1, 8), philox.bits(SEEDS, "noise", 3, 2, 8)):
+                  philox.bits(SEEDS, "noise", 4, 1, 8), philox.bits(SEEDS, "noise", 3, 2, 8),
+                  philox.bits(SEEDS, "noise", 3, 1, 8, draw=1)):
         assert not (other == base).any()
     longer = philox.bits(SEEDS, "noise", 3, 1, 13)  # a longer call extends the same sequence
     assert torch.equal(longer[:, :8], base)
