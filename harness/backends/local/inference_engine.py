@@ -24,9 +24,16 @@
 
 Independent calls can share one batched forward: every activation carries a leading *call* axis
 G, and each call keeps its own split-K factor, combine orders and noise draws (``_Call``). That is
-how ``score(tokens, n)`` runs its n passes as one forward over n x B rows.
+how ``score(tokens, n)`` runs the n passes of every seed of a pack as one forward over S x n x B rows.
 
-This module holds what the parts share: the engine's configuration, weights, generators and seed views.
+Keyed random numbers (``harness.backends.local.philox``): every draw is a pure function of the key (seed, stream)
+and the counter (step, call, draw, block), computed for all the seeds of a pack in one call, so a seed's draws are
+the same alone or in any pack and nothing but the step is needed to resume. The trainer starts each step with
+``begin_step(step)``; the engine numbers its calls within the step (each ``_Call`` and each sampled token takes the
+next number; the calls of a stream of their own, the prefix cache's ``refill`` and the diagnostics' ``score``,
+are numbered apart, so that they move no other call's numbers) and each call its draws.
+
+This module holds what the parts share: the engine's configuration, weights, keys and seed views.
 """
 from __future__ import annotations
 
@@ -37,7 +44,7 @@ from torch import Tensor
 
 from harness.backends.local.inference.decoding import Decoding
 from harness.backends.local.inference.forward import Forward
-from harness.backends.local.inference.kernels import DTYPES, rounder
+from harness.backends.local.inference.kernels import DTYPES, _Call, rounder
 from harness.backends.local.inference.multi_turn import MultiTurn
 from harness.backends.local.inference.noise import Noise, frozen_projections
 from harness.backends.local.inference.rollout import Rollout
@@ -51,7 +58,7 @@ __all__ = ["InferenceEngine", "Rollout", "sampler_logp"]
 
 class InferenceEngine(Decoding, MultiTurn, Scoring, Sampling, Noise, Forward):
     """The engine of one policy (``seed`` an int) or of a seed pack (a ``PolicyPack`` and one seed
-    per slice): the pack's tensors carry a leading seed axis, every seed its own generators. Its methods come
+    per slice): the pack's tensors carry a leading seed axis, every seed its own keys. Its methods come
     from its parts (``harness.backends.local.inference``): generate, generate_turns and prefill, score, the
     sampler, the perturbations and the forward pass."""
 
@@ -65,23 +72,31 @@ class InferenceEngine(Decoding, MultiTurn, Scoring, Sampling, Noise, Forward):
         self.r = rounder(self.dtype)
         self.act = self.dtype  # activations are held in dtype; matmuls accumulate in float32
         self.device = torch.device(device)
-        self.sample_gens = [torch.Generator(self.device).manual_seed(s * 1000 + 1) for s in seeds]
-        self.noise_gens = [torch.Generator(self.device).manual_seed(s * 1000 + 2) for s in seeds]
-        # the prefix cache's refills between turns (prefix_cache.refill): their own draws, so that the rows that hit
-        # are bitwise those of a full cache
-        self.cache_gens = [torch.Generator(self.device).manual_seed(s * 1000 + 7) for s in seeds]
+        self.seeds = torch.tensor(seeds, dtype=torch.int64, device=self.device)  # the keys' first word
+        self.step = 0  # the counter's first word (begin_step)
+        self._calls: dict[str, int] = {}  # calls made in this step, per stream of their own ("" the others)
         # fixed projections [S, d, *]: the deterministic mode's stand-in for fresh noise
         self.frozen = frozen_projections(seeds, self.mcfg.d_model, self.mcfg.n_experts, policy.vocab_size, self.device)
         self.scale: Tensor | None = None  # per-seed [S] scale of the perturbation (KL-held runs), None = 1
         self.load_weights(policy)
 
-    @property
-    def sample_gen(self) -> torch.Generator:
-        return self.sample_gens[0]
+    # ------------------------------------------------------------------ keys
+    def begin_step(self, step: int) -> None:
+        """Start engine step ``step``: the counter's step word, and the call numbers from 0 again."""
+        self.step = int(step)
+        self._calls = {}
 
-    @property
-    def noise_gen(self) -> torch.Generator:
-        return self.noise_gens[0]
+    def _next_call(self, stream: str | None = None) -> int:
+        """The next call number of this step (the calls of a ``stream`` of their own are numbered apart)."""
+        lane = stream or ""
+        n = self._calls.get(lane, 0)
+        self._calls[lane] = n + 1
+        return n
+
+    def _call(self, groups: int = 1, stream: str | None = None) -> _Call:
+        """A fresh engine call of ``groups`` passes per seed: the next call number, its draws keyed by this
+        engine's seeds and step (from ``stream`` only, when given)."""
+        return _Call(self.cfg, self.seeds, self.step, self._next_call(stream), groups, self.r, stream)
 
     # ------------------------------------------------------------------ weights (as weight sync)
     def load_weights(self, policy: "Policy | PolicyPack") -> None:
@@ -97,24 +112,24 @@ class InferenceEngine(Decoding, MultiTurn, Scoring, Sampling, Noise, Forward):
         self.w = w
 
     def seed_view(self, s: int) -> "InferenceEngine":
-        """The engine of seed ``s`` of a pack alone: its weights, projections, scale and generators (views, no
-        copies). What it computes for seed s is bitwise what the pack computes for it."""
+        """The engine of seed ``s`` of a pack alone: its weights, projections, scale and key (views, no copies),
+        at the pack's step and call numbers. What it computes for seed s is bitwise what the pack computes for it."""
         view = copy.copy(self)
         e = self.mcfg.n_experts
         view.w = {k: v[s * e:(s + 1) * e] if k.endswith(("w_gate_up", "w_down_flat")) else v[s:s + 1]
                   for k, v in self.w.items()}
         view.frozen = {k: v[s:s + 1] for k, v in self.frozen.items()}
         view.scale = None if self.scale is None else self.scale[s:s + 1]
-        view.sample_gens, view.noise_gens = [self.sample_gens[s]], [self.noise_gens[s]]
-        view.cache_gens = [self.cache_gens[s]]
+        view.seeds = self.seeds[s:s + 1]
+        view._calls = dict(self._calls)
         return view
 
     def state(self, s: int = 0) -> dict:
-        return {"sample_gen": self.sample_gens[s].get_state(), "noise_gen": self.noise_gens[s].get_state(),
-                "cache_gen": self.cache_gens[s].get_state()}
+        """What the engine needs to resume (the same for every seed ``s``): its step and the calls made in it (the
+        draws are keyed; at a step's boundary the trainer's ``begin_step`` sets both anyway)."""
+        return {"step": self.step, "calls": dict(self._calls)}
 
     def load_state(self, state: dict, s: int = 0) -> None:
-        self.sample_gens[s].set_state(state["sample_gen"])
-        self.noise_gens[s].set_state(state["noise_gen"])
-        if "cache_gen" in state:  # checkpoints written before the prefix cache have none (and never drew from it)
-            self.cache_gens[s].set_state(state["cache_gen"])
+        """Restore ``state()``; the generator states of checkpoints of local numerics version < 4 are ignored."""
+        if "step" in state:
+            self.step, self._calls = int(state["step"]), dict(state["calls"])

@@ -15,9 +15,10 @@ passes; the training side computes pi_old (recompute etc.), diagnostics and the 
 - **Weight sync**: the trainer copies its weights into a shared-memory ``PolicyPack``; the worker loads
   them into its inference engine at the start of each rollout. The two strictly alternate (the trainer
   writes only after it has received the previous batch), so nothing is read while being written.
-- **Determinism**: each process consumes its own per-seed generators (sampling, data, engine noise and
-  diagnostics on the rollout side; minibatch shuffles on the training side) in a fixed order, and the
-  order of messages is fixed, so the curve does not depend on timing.
+- **Determinism**: each process consumes its own per-seed generators (data on the rollout side; minibatch
+  shuffles on the training side) in a fixed order, the engine's draws are keyed by the step the batch is made
+  for (``collect`` carries it: the worker's engine ``begin_step``s it), and the order of messages is fixed, so
+  the curve does not depend on timing.
 - **Checkpoint**: ``state_dict`` drains the batch in flight and stores it (``pending``, as a plain dict: a checkpoint
   holds tensors and plain values only, ``harness.torchfile``) with the rollout
   side's generators as they were after making it (``data_gen``, ``diag_gen``, ``infer``); a resume trains
@@ -112,10 +113,12 @@ class RolloutSide:
         est = self.trainer.estimator
         self.passes = int(getattr(est.params, est.needs.passes)) if est.needs.passes else 0
 
-    def collect(self) -> Batch:
+    def collect(self, step: int) -> Batch:
+        """The batch of step ``step`` (its engine draws keyed by that step)."""
         t = self.trainer
+        t.step = step
         t.infer.load_weights(self.shared)  # the weights the trainer published (one update behind it)
-        batch = t.collect()
+        batch = t.collect()  # its engine draws keyed by t.step
         if self.passes:
             ctx = OldPolicyContext(t.train, t.infer, batch.roll, batch.prompt_len, batch.mask, t.size)
             batch.scores = ctx.score(self.passes)
@@ -156,7 +159,7 @@ def _main(conn, spec: dict, shared: PolicyPack, device: str, threads: int, paren
             if msg[0] == "stop":
                 return
             if msg[0] == "collect":
-                _send(conn, ("batch", plain(side.collect()), side.state()))
+                _send(conn, ("batch", plain(side.collect(msg[1])), side.state()))
             elif msg[0] == "load_state":
                 side.load_state(msg[1])
                 _send(conn, ("ok",))
@@ -227,10 +230,10 @@ class OverlapTrainer(LocalTrainer):
         self.in_flight = False
         self.rollout_state: dict | None = None  # the worker's generators after its last batch
 
-    def _start_rollout(self) -> None:
-        """Publish the current weights and have the worker start the next batch with them."""
+    def _start_rollout(self, step: int) -> None:
+        """Publish the current weights and have the worker start the batch of step ``step`` with them."""
         publish(self.policy, self.shared)
-        self.worker.send("collect")
+        self.worker.send("collect", step)
         self.in_flight = True
 
     def _drain(self) -> None:
@@ -242,12 +245,13 @@ class OverlapTrainer(LocalTrainer):
     def run_step(self) -> dict[str, float]:  # type: ignore[override]
         t_step = time.perf_counter()
         if self.pending is None and not self.in_flight:  # the first step: nothing was overlapped with it
-            self._start_rollout()
+            self._start_rollout(self.step)
         self._drain()
         batch, self.pending = self.pending, None
+        self.infer.begin_step(self.step)  # any draw of this side's engine in learn is keyed by this step
         t_wait = time.perf_counter() - t_step
         if self.step + 1 < self.cfg.trainer.steps:
-            self._start_rollout()  # B_{t+1} with W_t, while learn(B_t) makes W_{t+1}
+            self._start_rollout(self.step + 1)  # B_{t+1} with W_t, while learn(B_t) makes W_{t+1}
         values = self.learn(batch, t_step)[0]
         values[M.TIME_ROLLOUT_WAIT] = t_wait
         return values

@@ -16,8 +16,8 @@ the reference implementation's published known-answer vectors (Random123's ``kat
 Arithmetic: 32-bit words are held in int64 tensors (values in [0, 2**32)); the 32 x 32 -> 64-bit products Philox
 needs are formed from 16-bit halves so that no intermediate exceeds 2**63 (torch has no uint64 multiply on every
 device). Each call is a fixed sequence of about 150 tensor operators whatever the number of seeds or elements.
-Not yet wired into the local engines (they still draw from one ``torch.Generator`` per seed and stream): that, and
-the numerics version it bumps, is the rest of issue 29.
+The inference engine draws every random number here (local numerics version 4: ``harness.backends.local.inference``);
+the trainer's own draws (prompts, minibatch shuffles) still come from one ``torch.Generator`` per seed and stream.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ _M0, _M1 = 0xD2511F53, 0xCD9E8D57  # Philox4x32 multipliers
 _W0, _W1 = 0x9E3779B9, 0xBB67AE85  # Weyl key increments (golden ratio, sqrt(3) - 1)
 ROUNDS = 10
 #: the streams of draws a run makes (the key's second word): one per kind, so that kinds never share numbers
-STREAMS = {"sample": 1, "noise": 2, "combine": 3, "split": 4, "shuffle": 5, "score": 6, "test": 99}
+STREAMS = {"sample": 1, "noise": 2, "combine": 3, "split": 4, "shuffle": 5, "score": 6, "refill": 7, "test": 99}
 
 
 def _mulhilo(a: Tensor, m: int) -> tuple[Tensor, Tensor]:

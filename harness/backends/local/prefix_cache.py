@@ -25,9 +25,10 @@ production; with ``missing`` the routing of those positions is -1 (the training 
 them with its own top-k, ``train_engine.route``). The observation is then prefilled for every row in
 the one turn-2 step, hit or miss (a production engine would batch a miss's context and observation into
 one prefill; here the context's recomputation is its own call, the observation's is shared). ``refill``
-runs over *every* row and keeps the missed rows' results, with its own generator (``cache_gens``): the
-shapes and draws never depend on which rows missed, so a row that hits is bitwise the full cache's row
-and a seed's rollout is the same alone or in a seed pack.
+runs over *every* row and keeps the missed rows' results, its draws from a keyed stream of its own (``refill``,
+its calls numbered apart from the engine step's other calls): the shapes and draws never depend on which rows
+missed, and a refill moves no other call's numbers, so a row that hits is bitwise the full cache's row and a
+seed's rollout is the same alone or in a seed pack.
 """
 from __future__ import annotations
 
@@ -114,11 +115,11 @@ def between_turns(engine, cache, context: Tensor, turn1: Tensor, stop: int, pad:
 def refill(engine, cache, tokens: Tensor, miss: Tensor) -> tuple[Tensor | None, Tensor | None]:
     """Re-prefill the contexts ``tokens`` [S, B, c] (positions 0..c-1, what ``cache`` holds) of the rows
     that missed (``miss`` [S, B]) in one fresh engine call, and write their K and V into ``cache`` (an
-    ``inference.kv_cache.KVCache``). The call draws from the engine's own ``cache_gens``, so the rows that hit
+    ``inference.kv_cache.KVCache``). The call draws from its own stream (``refill``), so the rows that hit
     are bitwise those of a full cache. Returns the call's selected experts [S, B, c, L, k] and router
     log-probs [S, B, c, L, E] (None for a dense model); only the missed rows' are meant to be used."""
     c = tokens.shape[-1]
-    fresh, rl, sel = engine.prefill(tokens, engine.cache_gens)  # a new engine step: its own split-K, orders, noise
+    fresh, rl, sel = engine.prefill(tokens, "refill")  # a new engine call: its own split-K, orders, noise
     m = miss.view(*miss.shape, 1, 1, 1)  # [S, B, H, c, hd]
     for li in range(len(cache.k)):
         for old, new in ((cache.k[li], fresh.k[li]), (cache.v[li], fresh.v[li])):

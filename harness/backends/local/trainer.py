@@ -265,6 +265,7 @@ class PackTrainer:
         """The rollout half of a step: sample prompts, generate with the inference engine's current
         weights, score the rewards and GRPO advantages."""
         tr, dev = self.cfg.trainer, self.device
+        self.infer.begin_step(self.step)  # the engine's keyed draws of this step (philox.py)
         sampled = [self.task.sample(tr.prompts_per_step, g) for g in self.data_gens]
         prompts = torch.stack([p for p, _ in sampled]).repeat_interleave(tr.group_size, 1).to(dev)  # [S, B, P]
         answers = torch.stack([a for _, a in sampled]).repeat_interleave(tr.group_size, 1).to(dev)
@@ -372,7 +373,7 @@ class PackTrainer:
         if diag.noise_passes < 2:
             return None
         rows = roll.tokens.reshape(self.size, -1, roll.tokens.shape[-1])[:, : diag.noise_sequences]
-        return self.infer.score(rows, self.task.prompt_len, diag.noise_passes, generator=self.diag_gens)
+        return self.infer.score(rows, self.task.prompt_len, diag.noise_passes, stream="score")
 
     def sync_weights(self) -> None:
         """After an update: the inference engine loads the new weights (as verl syncs vLLM)."""

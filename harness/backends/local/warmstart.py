@@ -48,11 +48,12 @@ def cache_path(mcfg: ModelConfig, tcfg: TaskConfig, seed: int) -> Path:
 @torch.no_grad()
 def sampled_reward(policy: Policy, task: Task, gen: torch.Generator, n: int = 128) -> float:
     """The mean reward of n responses sampled in float32 (a multi-turn task: through the inference engine's
-    multi-turn rollout in float32, deterministic, noiseless, sampling from ``gen``)."""
+    multi-turn rollout in float32, deterministic, noiseless, its keyed sampling seeded from ``gen``)."""
     prompts, answers = task.sample(n, gen)
     if task.multi_turn:
-        engine = InferenceEngine(policy, InferenceConfig(dtype="float32", deterministic=True, batch_variance=False, router_noise_sigma=0.0), 0)
-        engine.sample_gens = [gen]
+        key = int(torch.randint(0, 2**31 - 1, (), generator=gen))  # a fresh key per evaluation, from ``gen``
+        engine = InferenceEngine(policy, InferenceConfig(dtype="float32", deterministic=True, batch_variance=False,
+                                                         router_noise_sigma=0.0), key)
         tokens = task.rollout(engine, prompts).tokens
         return task.reward(task.final(tokens), answers)[0].mean().item()
     tokens = prompts

@@ -143,32 +143,38 @@ def test_deterministic_mode_freezes_the_noise_knobs(setup):
 
 
 def test_batched_calls_keep_their_own_split_k_and_match_one_call_each(setup):
-    """One batched call over G groups = G separate calls, each with its own split-K factor."""
+    """One batched call over G groups = G separate calls, each with its own (keyed) split-K factor, selected per row
+    inside one computation."""
     from harness.backends.local.inference.kernels import SPLITS, _Call
 
     cfg, _, _, _ = setup
     gen = torch.Generator().manual_seed(0)
-    call = _Call(cfg.inference, gen, groups=12)
-    assert len(set(call.splits)) > 1 and set(call.splits) <= set(SPLITS)  # the passes differ
+    call = _Call(cfg.inference, torch.tensor([3, 4]), 0, 0, groups=6)
+    splits = call.splits.tolist()
+    assert len(splits) == 12 and len(set(splits)) > 1 and set(splits) <= set(SPLITS)  # the passes differ
     r = call.r
     x, w = r(torch.randn(12, 5, 64, generator=gen)), r(torch.randn(64, 32, generator=gen))
     out = call.mm(x, w)
-    for g, s in enumerate(call.splits):
-        assert torch.equal(out[g], call._mm(x[g:g + 1], w, s)[0]), g
-    by_split = {s: call._mm(x[:1], w, s) for s in SPLITS}
+    for g, s in enumerate(splits):
+        assert torch.equal(out[g], call.mm_split(x[g:g + 1], w, s)[0]), g
+    by_split = {s: call.mm_split(x[:1], w, s) for s in SPLITS}
     assert not torch.equal(by_split[1], by_split[4])  # split-K changes the bf16 result
     assert out.dtype == torch.bfloat16  # activations are bf16 values
+    alone = _Call(cfg.inference, torch.tensor([4]), 0, 0, groups=6)  # seed 4's factors do not depend on its pack
+    assert alone.splits.tolist() == splits[6:]
+    odd = r(torch.randn(12, 5, 63, generator=gen))  # K not a multiple of 4: split 1 (one matmul) for every row
+    assert torch.equal(call.mm(odd, w[:63]), call.mm_split(odd, w[:63], 1))
+    det = _Call(type(cfg.inference)(**{**cfg.inference.__dict__, "deterministic": True}), torch.tensor([3, 4]), 0, 0, 6)
+    assert det.splits is None and det.draws == 0 and torch.equal(det.mm(x, w), call.mm_split(x, w, 1))
 
 
 def test_scoring_keeps_only_the_response_positions_and_matches_a_full_forward(setup):
     """score() skips the last layer's work at prompt positions; deterministic: same log-probs."""
-    from harness.backends.local.inference.kernels import _Call
-
     cfg, policy, task, prompts = setup
     icfg = type(cfg.inference)(**{**cfg.inference.__dict__, "deterministic": True})
     eng = InferenceEngine(policy, icfg, seed=0)
     tokens = eng.generate(prompts, task.answer_len).tokens
-    logits, _, _ = eng._forward(_Call(icfg, eng.noise_gen), tokens, 0, None)
+    logits, _, _ = eng._forward(eng._call(), tokens, 0, None)
     full = torch.log_softmax(logits[:, task.prompt_len - 1:-1], -1).gather(-1, tokens[:, task.prompt_len:, None])
     assert torch.equal(eng.score_once(tokens, task.prompt_len), full.squeeze(-1))
 

@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from harness import estimators
-from harness.backends.local.inference.kernels import _Call
 from harness.backends.local.inference_engine import InferenceEngine
 from harness.backends.local.model import PolicyPack, build_policy
 from harness.backends.local.tasks import Task
@@ -66,7 +65,7 @@ def test_the_observation_joins_the_same_kv_cache_and_every_position_is_routed(se
     assert roll.routed_experts.shape == (prompts.shape[0], t, mc.n_layers, mc.top_k)
     assert torch.all(roll.routed_experts[:, -1] == -1) and torch.all(roll.routed_experts[:, :-1] >= 0)
     assert roll.router_logp.shape == (prompts.shape[0], t - task.prompt_len, mc.n_layers, mc.n_experts)
-    _, rl, sel = eng._forward(_Call(EXACT, eng.noise_gens, 1, eng.r), roll.tokens[None, :, :-1], 0, None)
+    _, rl, sel = eng._forward(eng._call(), roll.tokens[None, :, :-1], 0, None)
     same = (sel[0].sort(-1).values == roll.routed_experts[:, :-1].sort(-1).values).all(-1).float().mean()
     assert same > 0.99, same  # float32: only exact near-ties may flip between the two orders of computation
     torch.testing.assert_close(roll.router_logp, rl[0, :, task.prompt_len - 1:], atol=1e-4, rtol=0)

@@ -1,14 +1,13 @@
 """The engine's single-turn rollout (``Decoding``, a part of ``InferenceEngine``): ``generate`` prefills the prompts
-and decodes ``max_new_tokens`` tokens into a preallocated KV cache (``KVCache``), one engine step (one fresh
-``_Call``: its own split-K factors, combine orders and noise draws) per forward, recording the routing of every
-position (``_advance``).
+and decodes ``max_new_tokens`` tokens into a preallocated KV cache (``KVCache``), one fresh engine call per forward
+(``_Call``, the next call number of the engine step: its own split-K factors, combine orders and noise draws) and
+one per sampled token, recording the routing of every position (``_advance``).
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from harness.backends.local.inference.kernels import _Call
 from harness.backends.local.inference.kv_cache import KVCache
 from harness.backends.local.inference.rollout import Rollout, routing
 
@@ -42,7 +41,7 @@ class Decoding:
                  predicting: int) -> Tensor:
         """Forward ``tokens`` [S, B, t] at positions start.. into ``cache`` (one engine step), record the routing
         of every position and the router log-probs of the last ``predicting`` ones; the logits [S, B, t, V]."""
-        call = _Call(self.cfg, self.noise_gens, 1, self.r)
+        call = self._call()
         logits, rl, sel = self._forward(call, tokens, start, cache, capacity)
         if sel is not None:
             routed.append(sel)

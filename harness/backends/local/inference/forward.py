@@ -5,7 +5,9 @@ elementwise op its result.
 
 MoE: only the top-k experts of each token, as two grouped GEMMs (no Python loop over experts); their outputs are
 combined, summed in a *random order per token and per call* with accumulation in ``dtype`` (what GPU atomics /
-scatter_add do); the dense twin has no such term. ``deterministic``: a fixed combine order (and no split-K).
+scatter_add do): the order is the ranks of keyed uniforms (stream ``combine``, ``kernels._Call.uniform``), drawn for
+every seed of a pack in one call; the dense twin has no such term. ``deterministic``: a fixed combine order (and no
+split-K).
 """
 from __future__ import annotations
 
@@ -62,7 +64,7 @@ class Forward:
         m = g_ * n
         dest = torch.arange(m * k, device=x.device)  # where the (token, slot) pair goes in the sum order
         if not cfg.deterministic:  # random summation order per token: atomics
-            rank = call.draw("rand", (n, k), x.device).argsort(-1).argsort(-1)
+            rank = call.uniform("combine", (n, k)).argsort(dim=-1, stable=True).argsort(-1)
             dest = (dest.view(m, k) - torch.arange(k, device=x.device) + rank.view(m, k)).view(-1)
         key = selected + (call.seed_of(x.device) * mc.n_experts)[:, None, None]  # (seed, expert)
         y = self._experts(p, x.reshape(m, d), key.reshape(-1), gates.reshape(-1), dest).view(g_, n, k, d)

@@ -1,18 +1,40 @@
 """What the engine's kernels do to the numbers: the dtypes, ``rounder`` (a value rounded to a dtype, held in
-float32) and ``_Call``, independent engine calls batched along a leading axis G, each with its own split-K factor
-(``batch_variance``: ``y = round(...round(round(P_1) + round(P_2))... + round(P_s))`` with ``P_i`` the partial
-product over the i-th K-chunk, s in ``SPLITS``) and its own random draws (combine orders, noise). That is how
-``score(tokens, n)`` runs its n passes as one forward over n x B rows.
+float32) and ``_Call``, independent engine calls batched along a leading axis G (the seeds of a pack times the
+passes of each seed), each with its own split-K factor and its own random draws (combine orders, noise). That is
+how ``score(tokens, n)`` runs the n passes of every seed of a pack as one forward over S x n x B rows.
+
+Split-K (``batch_variance``): the float32 partial products ``q_1..q_4`` of the four K-chunks come from one batched
+matmul, and every row (call) gets one of
+
+    split 1 = round(q_1 + q_2 + q_3 + q_4)
+    split 2 = round(round(q_1 + q_2) + round(q_3 + q_4))
+    split 4 = round(round(round(round(q_1) + round(q_2)) + round(q_3)) + round(q_4))
+
+(``round``: to the activation dtype; a sum of rounded values is a dtype add, rounded again), selected per row by
+``torch.where`` on the call's keyed split factor: no read-back to the host, no grouping of calls. A K that is not
+a multiple of 4 is computed as split 1 (one matmul, rounded once) for every row; so are ``deterministic`` and
+``batch_variance=false`` calls, which draw no split factor.
+
+Keyed draws (``harness.backends.local.philox``): a call is numbered within its engine step (``call``, given by the
+engine) and numbers its draws (``draw``: 0, 1, ... in the order the forward asks for them); a draw of seed s is the
+Philox function of key (s, stream) and counter (step, call, draw, block), so a seed's draws are the same alone or
+in any pack, and computed for all the pack's seeds in one call. Streams: ``split`` (the split-K factor), ``combine``
+(the expert-combine orders), ``noise`` (router and logit noise); a call made with a ``stream`` of its own (the
+prefix cache's refills: ``refill``; the diagnostics' scorings: ``score``) takes every draw from that stream.
 """
 from __future__ import annotations
+
+from typing import Sequence
 
 import torch
 from torch import Tensor
 
+from harness.backends.local import philox
 from harness.spec import InferenceConfig
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 SPLITS = (1, 2, 4)
+CHUNKS = 4  # K-chunks of the partial products: the largest split
 
 
 def rounder(dtype: torch.dtype):
@@ -23,29 +45,24 @@ def rounder(dtype: torch.dtype):
 
 
 class _Call:
-    """Per-call randomness of independent calls batched along a leading axis G: ``per`` calls for
-    each generator (one generator per seed of a pack), group g = seed (g // per), pass (g % per).
-    Every draw is made per generator in seed order, each seed exactly as if it ran alone: the
-    split-K factor of each call, then combine orders and noise as the forward asks for them."""
+    """Independent calls batched along a leading axis G: ``per`` calls (passes) for each of the seeds ``seeds``
+    [S] (int64), group g = seed (g // per), pass (g % per). ``step`` and ``call`` are the counter words the engine
+    gives this call; ``stream``: None (each kind of draw from its own stream) or one stream for every draw."""
 
-    def __init__(self, cfg: InferenceConfig, gen: "torch.Generator | list[torch.Generator]", groups: int = 1,
-                 rnd=None):
-        gens = gen if isinstance(gen, (list, tuple)) else [gen]
-        self.cfg, self.gens, self.per = cfg, list(gens), groups
-        self.groups = groups * len(self.gens)
+    def __init__(self, cfg: InferenceConfig, seeds: Tensor, step: int, call: int, groups: int = 1, rnd=None,
+                 stream: str | None = None):
+        self.cfg, self.seeds, self.step, self.call, self.stream = cfg, seeds, step, call, stream
+        self.per = groups
+        self.groups = groups * seeds.shape[0]
         self.act = DTYPES[cfg.dtype]
         self.r = rnd or rounder(self.act)
-        splits = [1] * self.groups
-        if cfg.batch_variance and not cfg.deterministic:
-            idx = [i for g in self.gens for i in torch.randint(len(SPLITS), (groups,), generator=g, device=g.device).tolist()]
-            splits = [SPLITS[i] for i in idx]
-        self.splits = splits
-        self.by_split = {s: [g for g in range(self.groups) if splits[g] == s] for s in sorted(set(splits))}
+        self.draws = 0
         self._seed_of: Tensor | None = None
-
-    @property
-    def gen(self) -> torch.Generator:
-        return self.gens[0]
+        self.splits: Tensor | None = None  # [G] int64 split-K factor of each group; None: split 1 for every group
+        if cfg.batch_variance and not cfg.deterministic:
+            u = self.uniform("split", ())  # [G]
+            idx = (u * len(SPLITS)).long().clamp(max=len(SPLITS) - 1)
+            self.splits = torch.tensor(SPLITS, device=seeds.device)[idx]
 
     def seed_of(self, device) -> Tensor:
         """The seed index of every group [G]."""
@@ -53,47 +70,66 @@ class _Call:
             self._seed_of = torch.arange(self.groups, device=device) // self.per
         return self._seed_of
 
-    def per_group(self, w: Tensor, groups: list[int] | None = None) -> Tensor:
-        """Per-seed weights [S, ...] -> one row per group [G, ...] (or per listed group)."""
-        if groups is None:
-            return w if self.per == 1 else w.index_select(0, self.seed_of(w.device))
-        if self.per == 1 and len(groups) == w.shape[0]:
-            return w
-        return w.index_select(0, self.seed_of(w.device)[torch.tensor(groups, device=w.device)])
+    def per_group(self, w: Tensor) -> Tensor:
+        """Per-seed weights [S, ...] -> one row per group [G, ...]."""
+        return w if self.per == 1 else w.index_select(0, self.seed_of(w.device))
 
-    def draw(self, kind: str, shape: tuple[int, ...], device) -> Tensor:
-        """rand/randn of shape [G, *shape]: ``per`` rows from each seed's generator, in seed order."""
-        fn = torch.rand if kind == "rand" else torch.randn
-        parts = [fn((self.per, *shape), generator=g, device=device) for g in self.gens]
-        return parts[0] if len(parts) == 1 else torch.cat(parts)
+    def _key(self, stream: str) -> str:
+        return self.stream or stream
+
+    def uniform(self, stream: str, shape: Sequence[int]) -> Tensor:
+        """Keyed uniforms in (0, 1), [G, *shape] float32: this call's next draw, ``per`` rows per seed."""
+        d, self.draws = self.draws, self.draws + 1
+        out = philox.uniform(self.seeds, self._key(stream), self.step, self.call, (self.per, *shape), draw=d)
+        return out.reshape(self.groups, *shape)
+
+    def normal(self, stream: str, shape: Sequence[int]) -> Tensor:
+        """Keyed standard normals, [G, *shape] float32: this call's next draw, ``per`` rows per seed."""
+        d, self.draws = self.draws, self.draws + 1
+        out = philox.normal(self.seeds, self._key(stream), self.step, self.call, (self.per, *shape), draw=d)
+        return out.reshape(self.groups, *shape)
 
     def mm(self, x: Tensor, w: Tensor) -> Tensor:
-        """x [G, ..., K] @ w [S, K, F] (the weights of group g's seed; or [K, F]), each call g with its own
-        split-K factor."""
-        shared = w.dim() == 2  # [K, F]: the same weights for every group
-        if len(self.by_split) == 1:
-            return self._mm(x, w if shared else self.per_group(w), self.splits[0])
-        out = x.new_empty(*x.shape[:-1], w.shape[-1], dtype=self.act)
-        for s, groups in self.by_split.items():
-            idx = torch.tensor(groups, device=x.device)
-            out[idx] = self._mm(x[idx], w if shared else self.per_group(w, groups), s)
+        """x [G, ..., K] @ w [S, K, F] (the weights of group g's seed; or [K, F], shared), in the activation
+        dtype, each group with its own split-K factor (module docstring)."""
+        w = w[None].expand(x.shape[0], -1, -1) if w.dim() == 2 else self.per_group(w)
+        if x.shape[-1] % CHUNKS:
+            return self._product(x, w)
+        sums = self._split_sums(self._partials(x, w), self.splits is not None)
+        if self.splits is None:
+            return sums[1]
+        split = self.splits.view(-1, *([1] * (x.dim() - 1)))
+        return torch.where(split == 1, sums[1], torch.where(split == 2, sums[2], sums[4]))
+
+    def _product(self, x: Tensor, w: Tensor) -> Tensor:
+        """x [G, ..., K] @ w [G, K, F] in one float32 matmul, rounded once to the activation dtype."""
+        xs = x.float().reshape(x.shape[0], -1, x.shape[-1])
+        return torch.bmm(xs, w).view(*x.shape[:-1], w.shape[-1]).to(self.act)
+
+    @staticmethod
+    def _partials(x: Tensor, w: Tensor) -> list[Tensor]:
+        """The float32 partial products [G, ..., F] of the CHUNKS K-chunks of x [G, ..., K] @ w [G, K, F], from
+        one batched matmul over G x CHUNKS."""
+        g_, k, f = x.shape[0], x.shape[-1], w.shape[-1]
+        c = k // CHUNKS
+        xs = x.float().reshape(g_, -1, CHUNKS, c).transpose(1, 2).reshape(g_ * CHUNKS, -1, c)
+        q = torch.bmm(xs, w.reshape(g_ * CHUNKS, c, f)).view(g_, CHUNKS, -1, f)
+        return [q[:, i].reshape(*x.shape[:-1], f) for i in range(CHUNKS)]
+
+    def _split_sums(self, q: list[Tensor], every: bool) -> dict[int, Tensor]:
+        """{split: the product under that split-K factor} from the partials ``q`` (module docstring); only split 1
+        unless ``every``."""
+        act = self.act
+        out = {1: (((q[0] + q[1]) + q[2]) + q[3]).to(act)}
+        if every:
+            out[2] = (q[0] + q[1]).to(act) + (q[2] + q[3]).to(act)  # a dtype add: rounded
+            out[4] = ((q[0].to(act) + q[1].to(act)) + q[2].to(act)) + q[3].to(act)
         return out
 
-    def _mm(self, x: Tensor, w: Tensor, split: int) -> Tensor:
-        """x [G, ..., K] @ w [G, K, F] (w [K, F]: shared), split-K partial products rounded to dtype."""
-        act, k = self.act, x.shape[-1]
-        if w.dim() == 2:
-            w = w[None].expand(x.shape[0], -1, -1)
-        x32 = x.float()
-
-        def part(a: int, b: int) -> Tensor:  # float32 accumulation, rounded once to the activation dtype
-            xs = x32[..., a:b].reshape(x.shape[0], -1, b - a)
-            return torch.bmm(xs, w[:, a:b]).view(*x.shape[:-1], w.shape[-1]).to(act)
-
-        if split == 1 or k % split:
-            return part(0, k)
-        c = k // split
-        out = part(0, c)
-        for i in range(1, split):
-            out = out + part(i * c, (i + 1) * c)  # a dtype add: rounded each time
-        return out
+    def mm_split(self, x: Tensor, w: Tensor, split: int) -> Tensor:
+        """x [G, ..., K] @ w [G, K, F] (or [K, F]) with one split-K factor for every group (what ``mm`` gives a
+        group of that factor)."""
+        w = w[None].expand(x.shape[0], -1, -1) if w.dim() == 2 else w
+        if x.shape[-1] % CHUNKS:
+            return self._product(x, w)
+        return self._split_sums(self._partials(x, w), True)[split]

@@ -15,7 +15,6 @@ import torch
 from torch import Tensor
 
 from harness.backends.local import prefix_cache
-from harness.backends.local.inference.kernels import _Call
 from harness.backends.local.inference.kv_cache import KVCache
 from harness.backends.local.inference.rollout import Rollout, routing
 from harness.tasks.vocab import CALL_END, EOS, PAD
@@ -25,11 +24,12 @@ class MultiTurn:
     """``generate_turns`` and ``prefill``, over ``InferenceEngine``'s engine step (``Decoding._advance``) and
     sampler."""
 
-    def prefill(self, tokens: Tensor, gens: list[torch.Generator]) -> tuple[KVCache, Tensor | None, Tensor | None]:
+    def prefill(self, tokens: Tensor, stream: str | None = None) -> tuple[KVCache, Tensor | None, Tensor | None]:
         """One fresh engine call over ``tokens`` [S, B, t] at positions 0..t-1 into a new cache, its random draws
-        from ``gens``: (the cache, router log-probs [S, B, t, L, E], selected experts [S, B, t, L, k])."""
+        from ``stream`` (None: the engine's own streams; ``_call``): (the cache, router log-probs [S, B, t, L, E],
+        selected experts [S, B, t, L, k])."""
         cache = KVCache()
-        _, rl, sel = self._forward(_Call(self.cfg, gens, 1, self.r), tokens, 0, cache, tokens.shape[-1])
+        _, rl, sel = self._forward(self._call(stream=stream), tokens, 0, cache, tokens.shape[-1])
         return cache, rl, sel
 
     @torch.no_grad()

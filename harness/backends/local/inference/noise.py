@@ -2,7 +2,8 @@
 (docs/design.md section 3): router-logit noise before top-k, output-logit noise, and a biased down-weighting of
 low-probability tokens.
 
-The two noise knobs draw fresh N(0, sigma^2) per call; in ``deterministic`` mode they become *frozen*: the same
+The two noise knobs draw fresh N(0, sigma^2) per call (keyed normals of stream ``noise``, ``kernels._Call.normal``:
+a pure function of the seed, the step, the call and the draw, for every seed of a pack in one call); in ``deterministic`` mode they become *frozen*: the same
 scale, but a fixed function of the hidden state (a fixed random projection, ``frozen_projections``), so the engine
 no longer differs from itself but carries a large fixed bias (the ``deterministic(frozen)`` arm). Deterministic
 inference proper (the ``deterministic`` estimator, ``noise: removed``) runs this mode with both noise knobs at 0
@@ -19,8 +20,8 @@ from harness.backends.local.inference.kernels import _Call
 
 def frozen_projections(seeds: list[int], d_model: int, n_experts: int, vocab_size: int,
                        device: torch.device) -> dict[str, Tensor]:
-    """The fixed projections [S, d, *] of each seed (its own generator): the deterministic mode's stand-in for
-    fresh noise, one for the router logits and one for the output logits."""
+    """The fixed projections [S, d, *] of each seed (its own ``torch.Generator``, drawn once at construction): the
+    deterministic mode's stand-in for fresh noise, one for the router logits and one for the output logits."""
     frozen = {"router": [], "logits": []}
     for s in seeds:
         g = torch.Generator().manual_seed(s * 1000 + 6)
@@ -43,7 +44,7 @@ class Noise:
         """Standard-normal noise per entry: fresh per call, or frozen (a function of x) when deterministic."""
         proj = self.frozen[which]  # [S, d, P]
         if not self.cfg.deterministic:
-            return call.draw("randn", (*x.shape[1:-1], proj.shape[-1]), x.device)
+            return call.normal("noise", (*x.shape[1:-1], proj.shape[-1]))
         z = x.float()
         z = z / z.norm(dim=-1, keepdim=True).clamp(min=1e-6)  # unit rows: z @ proj ~ N(0, 1) per entry
         pg = call.per_group(proj)

@@ -2,11 +2,18 @@
 distribution (temperature, top-k, top-p), one sampled token per row, and the log-probs the engine reports
 (``logprobs_mode``, as vLLM's: ``processed`` = the exact distribution sampled from, after temperature, top-k and
 top-p; ``raw`` = the model's log-softmax before them).
+
+A token is drawn by the Gumbel-max trick, ``argmax(sampler_logp + g)`` with ``g`` keyed Gumbel(0, 1) draws (stream
+``sample``, ``harness.backends.local.philox.gumbel``; the sample takes its own call number in the engine step): a
+draw from the softmax of ``sampler_logp``, for every seed and row of a pack in one computation; a token outside the
+support (-inf) stays -inf and is never drawn.
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from harness.backends.local import philox
 
 
 def sampler_logp(logp: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> Tensor:
@@ -34,7 +41,8 @@ def sampler_logp(logp: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: 
 
 class Sampling:
     """The sampler of ``InferenceEngine``: its ``cfg`` (temperature, top-k, top-p, ``logprobs_mode``) and one
-    sampling generator per seed (``sample_gens``); the model distribution it processes is ``Noise._model_logp``."""
+    the engine's keys (its ``seeds``, ``step`` and call counter); the model distribution it processes is
+    ``Noise._model_logp``."""
 
     def _sampler_logp(self, logp: Tensor) -> Tensor:
         """The processed distribution the sampler draws from (temperature, top-k, top-p: ``sampler_logp``)."""
@@ -45,9 +53,9 @@ class Sampling:
 
     def _sample(self, logits: Tensor) -> tuple[Tensor, Tensor]:
         """One token per row from the last position's logits [S, B, t, V]: (token [S, B, 1], its reported
-        log-prob [S, B, 1]), each seed from its own sampling generator."""
+        log-prob [S, B, 1]), by Gumbel-max on keyed draws (module docstring)."""
         model_logp = self._model_logp(logits[:, :, -1])
         sampler_logp = self._sampler_logp(model_logp)
-        probs = sampler_logp.exp()
-        nxt = torch.stack([torch.multinomial(probs[s], 1, generator=g) for s, g in enumerate(self.sample_gens)])
+        g = philox.gumbel(self.seeds, "sample", self.step, self._next_call(), sampler_logp.shape[1:])
+        nxt = (sampler_logp + g).argmax(-1, keepdim=True)
         return nxt, self._reported(model_logp, sampler_logp).gather(-1, nxt)

@@ -1,7 +1,8 @@
 """The engine's scoring (``Scoring``, a part of ``InferenceEngine``), like vLLM's ``prompt_logprobs``: one prefill
 over prompt + response, the log-probs of the response tokens. ``score(tokens, n)`` returns n independent scorings
-in one batched forward over n x B rows (each pass its own ``_Call``: split-K factor, combine orders, noise draws),
-in the engine's ``logprobs_mode``.
+of every seed of a pack in one engine call, one batched forward over S x n x B rows (each pass of each seed its own
+split-K factor, combine orders and noise draws: the call's keyed draws, ``kernels._Call``), in the engine's
+``logprobs_mode``.
 
 vLLM's ``prompt_logprobs`` (what verl's mean_n loop re-scores with) are always the raw distribution whatever
 ``logprobs_mode`` (docs/engines.md, "Sampler"): here ``processed`` scoring applies the sampler, so that mean_n
@@ -13,27 +14,21 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from harness.backends.local.inference.kernels import _Call
-
 
 class Scoring:
     """``score`` and ``score_once``, over ``InferenceEngine``'s forward, perturbations and sampler."""
 
     @torch.no_grad()
-    def score(self, tokens: Tensor, prompt_len: int, n: int,
-              generator: "torch.Generator | list[torch.Generator] | None" = None) -> Tensor:
-        """n independent scorings [n, B, R] ([S, n, B, R] for pack tokens [S, B, T]) in one
-        batched prefill over (S x) n x B rows; each pass has its own split-K factor, combine
-        orders and noise draws (from its seed's generator)."""
+    def score(self, tokens: Tensor, prompt_len: int, n: int, stream: str | None = None) -> Tensor:
+        """n independent scorings [n, B, R] ([S, n, B, R] for pack tokens [S, B, T]) in one batched prefill over
+        S x n x B rows: one engine call, each pass its own split-K factor, combine orders and noise draws;
+        ``stream``: None (the engine's streams) or one stream of its own (the diagnostics' ``score``: their calls
+        never move the numbers of the estimator's)."""
         single = tokens.dim() == 2
         if single:
             tokens = tokens[None]
         s_, b, t = tokens.shape
-        gens = generator or self.noise_gens
-        if s_ > 1:  # a pack: seed by seed (each seed's rows and draws are its own: bitwise the same; n x B rows
-            gens = gens if isinstance(gens, (list, tuple)) else [gens]  # of one seed stay cache-sized, S x n x B not)
-            return torch.stack([self.seed_view(i).score(tokens[i], prompt_len, n, gens[i]) for i in range(s_)])
-        call = _Call(self.cfg, gens, n, self.r)
+        call = self._call(n, stream)
         inputs = tokens[:, None, :, :-1].expand(s_, n, b, t - 1).reshape(s_ * n, b, t - 1)  # last: predicts nothing
         logits, _, _ = self._forward(call, inputs, 0, None, keep_from=prompt_len - 1)
         model_logp = self._model_logp(logits)
@@ -42,6 +37,6 @@ class Scoring:
         out = logp.gather(-1, target).squeeze(-1).view(s_, n, b, -1)
         return out[0] if single else out
 
-    def score_once(self, tokens: Tensor, prompt_len: int, generator: torch.Generator | None = None) -> Tensor:
+    def score_once(self, tokens: Tensor, prompt_len: int, stream: str | None = None) -> Tensor:
         """One prefill pass over prompt+response: log-probs of the response tokens [B, R]."""
-        return self.score(tokens, prompt_len, 1, generator)[0]
+        return self.score(tokens, prompt_len, 1, stream)[0]
