@@ -168,6 +168,33 @@ def test_batched_calls_keep_their_own_split_k_and_match_one_call_each(setup):
     assert det.splits is None and det.draws == 0 and torch.equal(det.mm(x, w), call.mm_split(x, w, 1))
 
 
+def test_every_engine_call_makes_its_draws_in_one_philox_evaluation_and_a_seed_draws_the_same_in_a_pack(setup):
+    """Each forward's draws (split-K, router noise, combine orders, logit noise, the sampled token's Gumbel draws)
+    are planned and made at once; a seed's rollout and scorings are bitwise the same alone and in a pack."""
+    from harness.backends.local.model import PolicyPack, build_policy
+
+    cfg, _, task, prompts = setup
+    icfg = type(cfg.inference)(**{**cfg.inference.__dict__, "router_noise_sigma": 1.0, "logit_noise_sigma": 0.3})
+    policies = [build_policy(cfg.model, s) for s in (4, 5)]
+    pack = InferenceEngine(PolicyPack.of(policies), icfg, [4, 5])
+    calls = []
+    forward = pack._forward
+    pack._forward = lambda call, *a, **k: calls.append(call) or forward(call, *a, **k)
+    pack.begin_step(3)
+    roll = pack.generate(prompts[None].expand(2, -1, -1), task.answer_len)
+    scores = pack.score(roll.tokens, task.prompt_len, 3)
+    assert [c.call for c in calls] == list(range(task.answer_len + 1)) and all(c.unplanned == 0 for c in calls)
+    assert all(not c._ready for c in calls) and {c.draws for c in calls} == {2 * cfg.model.n_layers + 3,
+                                                                           2 * cfg.model.n_layers + 2}
+    alone = InferenceEngine(policies[1], icfg, 5)
+    alone.begin_step(3)
+    roll1 = alone.generate(prompts, task.answer_len)
+    assert torch.equal(roll1.tokens, roll.tokens[1]) and torch.equal(roll1.logp, roll.logp[1])
+    assert torch.equal(alone.score(roll1.tokens, task.prompt_len, 3), scores[1])
+    alone.begin_step(4)  # another step: other draws
+    assert not torch.equal(alone.score(roll1.tokens, task.prompt_len, 3), scores[1])
+
+
 def test_scoring_keeps_only_the_response_positions_and_matches_a_full_forward(setup):
     """score() skips the last layer's work at prompt positions; deterministic: same log-probs."""
     cfg, policy, task, prompts = setup

@@ -82,6 +82,25 @@ def test_normal_and_gumbel_draws_have_their_distributions():
     assert stats.kstest(g, "gumbel_r").pvalue > 1e-3
 
 
+def test_the_two_normals_of_a_box_muller_pair_are_independent():
+    z = philox.normal(torch.tensor([6]), "test", 0, 0, (100_000,))[0].double().numpy()
+    a, b = z[0::2], z[1::2]  # r cos(theta), r sin(theta) of one pair of uniforms
+    assert abs(stats.pearsonr(a, b).statistic) < 4 / np.sqrt(a.size)
+    assert abs(stats.pearsonr(a ** 2, b ** 2).statistic) < 4 / np.sqrt(a.size)  # not only uncorrelated
+    assert torch.equal(philox.normal(torch.tensor([6]), "test", 0, 0, (7,))[0],
+                       torch.from_numpy(z[:7]).float())  # an odd count is a prefix of the longer draw
+
+
+def test_several_draws_in_one_evaluation_are_the_separate_draws():
+    specs = [("uniform", "combine", (3, 4), 1), ("normal", "noise", (5,), 2), ("gumbel", "sample", (2, 3), 0),
+             ("uniform64", "split", (7,), 3)]
+    got = philox.draws(SEEDS, 4, 2, specs)
+    want = [philox.uniform(SEEDS, "combine", 4, 2, (3, 4), draw=1), philox.normal(SEEDS, "noise", 4, 2, (5,), draw=2),
+            philox.gumbel(SEEDS, "sample", 4, 2, (2, 3)), philox.uniform(SEEDS, "split", 4, 2, (7,), torch.float64, draw=3)]
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and torch.equal(g, w)
+
+
 def test_gumbel_max_samples_the_softmax():
     logits = torch.tensor([0.0, 1.0, -1.0, 2.0])
     g = philox.gumbel(torch.tensor([5]), "sample", 0, 0, (40_000, 4))[0]

@@ -2,7 +2,7 @@
 assembles them (the class users construct):
 
 - ``kernels``: the dtypes, ``rounder`` and ``_Call`` (independent calls batched along a leading axis: each call's
-  split-K matmul and random draws);
+  split-K factor, selected per row, and its keyed random draws, ``harness.backends.local.philox``);
 - ``kv_cache``: ``KVCache``, the preallocated KV cache;
 - ``forward``: the forward pass (RMSNorm, RoPE, attention, the MoE layer and its grouped expert GEMMs);
 - ``noise``: the explicit perturbations (router and logit noise, fresh or frozen; the biased down-weighting);

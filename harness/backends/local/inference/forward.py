@@ -89,6 +89,25 @@ class Forward:
         ye = grouped(h.float(), w_down, layout).to(act) * gates.index_select(0, order)[:, None]
         return torch.empty_like(ye).index_copy_(0, dest.index_select(0, order), ye)
 
+    def _draw_plan(self, b: int, t: int, keep_from: int, sample: bool = False) -> list[tuple[str, str, tuple]]:
+        """The draws a forward of ``b`` rows of ``t`` positions makes, in order (``_Call.prefetch``): per MoE layer
+        the router noise [b t, E] and the combine order's uniforms [b t, k] (the last layer over the t - keep_from
+        kept positions), then the logit noise [b, t', V] (none that ``deterministic`` or a knob at 0 leaves out);
+        then, with ``sample``, the Gumbel draws [b, V] of the token sampled from its last position."""
+        cfg, mc = self.cfg, self.mcfg
+        sampled = [("gumbel", "sample", (b, self.w["lm_head"].shape[-1]))] if sample else []
+        if cfg.deterministic:
+            return sampled
+        plan = []
+        for li in range(mc.n_layers if mc.kind == "moe" else 0):
+            n = b * (t - keep_from if li == mc.n_layers - 1 and keep_from else t)
+            if cfg.router_noise_sigma > 0:
+                plan.append(("normal", "noise", (n, mc.n_experts)))
+            plan.append(("uniform", "combine", (n, mc.top_k)))
+        if cfg.logit_noise_sigma > 0:
+            plan.append(("normal", "noise", (b, t - keep_from, self.w["lm_head"].shape[-1])))
+        return plan + sampled
+
     def _forward(self, call: _Call, tokens: Tensor, start: int, cache: KVCache | None, capacity: int = 0,
                  keep_from: int = 0):
         """Run new ``tokens`` [G, B, t] (or [B, t]: one call) at positions start..start+t-1,
@@ -100,6 +119,8 @@ class Forward:
             tokens = tokens[None]
         mc, w, act = self.mcfg, self.w, self.act
         g_, b, t = tokens.shape
+        if not call.planned:
+            call.prefetch(self._draw_plan(b, t, keep_from))  # the call's draws in one Philox evaluation
         h_, hd = mc.n_heads, mc.d_model // mc.n_heads
         cos, sin = rope_tables(torch.arange(start, start + t, device=tokens.device), hd, mc.rope_theta)
         x = w["embed"][call.seed_of(tokens.device)[:, None, None], tokens].to(act)  # [G, B, t, d]

@@ -19,11 +19,13 @@ Keyed draws (``harness.backends.local.philox``): a call is numbered within its e
 engine) and numbers its draws (``draw``: 0, 1, ... in the order the forward asks for them); a draw of seed s is the
 Philox function of key (s, stream) and counter (step, call, draw, block), so a seed's draws are the same alone or
 in any pack, and computed for all the pack's seeds in one call. Streams: ``split`` (the split-K factor), ``combine``
-(the expert-combine orders), ``noise`` (router and logit noise); a call made with a ``stream`` of its own (the
+(the expert-combine orders), ``noise`` (router and logit noise), ``sample`` (the Gumbel draws of the token
+sampled from a decoding call's logits); a call made with a ``stream`` of its own (the
 prefix cache's refills: ``refill``; the diagnostics' scorings: ``score``) takes every draw from that stream.
 """
 from __future__ import annotations
 
+from collections import deque
 from typing import Sequence
 
 import torch
@@ -56,13 +58,23 @@ class _Call:
         self.groups = groups * seeds.shape[0]
         self.act = DTYPES[cfg.dtype]
         self.r = rnd or rounder(self.act)
-        self.draws = 0
+        self.varies = cfg.batch_variance and not cfg.deterministic  # a split-K factor per group (draw 0)
+        self.draws = 1 if self.varies else 0  # the next draw's number
+        self.unplanned = 0  # draws made outside a ``prefetch`` (each its own Philox evaluation)
+        self._ready: deque = deque()  # prefetched draws: ((kind, stream, shape, draw), [G, *shape])
+        self.planned = False  # prefetched
         self._seed_of: Tensor | None = None
-        self.splits: Tensor | None = None  # [G] int64 split-K factor of each group; None: split 1 for every group
-        if cfg.batch_variance and not cfg.deterministic:
-            u = self.uniform("split", ())  # [G]
+        self._splits: Tensor | None = None
+
+    @property
+    def splits(self) -> Tensor | None:
+        """[G] int64 split-K factor of each group (keyed uniforms of stream ``split``, draw 0); None: split 1 for
+        every group (``deterministic`` or no ``batch_variance``)."""
+        if self.varies and self._splits is None:
+            u = self._take("uniform", "split", (), 0)
             idx = (u * len(SPLITS)).long().clamp(max=len(SPLITS) - 1)
-            self.splits = torch.tensor(SPLITS, device=seeds.device)[idx]
+            self._splits = torch.tensor(SPLITS, device=self.seeds.device)[idx]
+        return self._splits
 
     def seed_of(self, device) -> Tensor:
         """The seed index of every group [G]."""
@@ -74,20 +86,46 @@ class _Call:
         """Per-seed weights [S, ...] -> one row per group [G, ...]."""
         return w if self.per == 1 else w.index_select(0, self.seed_of(w.device))
 
-    def _key(self, stream: str) -> str:
-        return self.stream or stream
+    def _spec(self, kind: str, stream: str, shape: Sequence[int], draw: int) -> tuple:
+        return kind, self.stream or stream, (self.per, *shape), draw
+
+    def prefetch(self, plan: Sequence[tuple[str, str, Sequence[int]]]) -> None:
+        """Make the split-K draw (when not made yet) and the next draws ``plan`` [(kind, stream, shape)], in the
+        order the forward will ask for them, in one Philox evaluation (``philox.draws``); ``uniform`` and
+        ``normal`` then take them. The numbers are those of separate draws: a plan only saves operators."""
+        self.planned = True
+        specs = [] if not self.varies or self._splits is not None else [self._spec("uniform", "split", (), 0)]
+        specs += [self._spec(kind, stream, shape, self.draws + i) for i, (kind, stream, shape) in enumerate(plan)]
+        if specs:
+            self._ready.extend(zip(specs, philox.draws(self.seeds, self.step, self.call, specs)))
+
+    def _take(self, kind: str, stream: str, shape: Sequence[int], draw: int) -> Tensor:
+        """Draw ``draw`` of this call, [G, *shape]: prefetched, or made now."""
+        spec = self._spec(kind, stream, shape, draw)
+        if self._ready and self._ready[0][0] == spec:
+            out = self._ready.popleft()[1]
+        else:
+            self.unplanned += 1
+            out = philox.draws(self.seeds, self.step, self.call, [spec])[0]
+        return out.reshape(self.groups, *shape)
 
     def uniform(self, stream: str, shape: Sequence[int]) -> Tensor:
         """Keyed uniforms in (0, 1), [G, *shape] float32: this call's next draw, ``per`` rows per seed."""
+        self.splits  # noqa: B018  draw 0 first, as a plan has it
         d, self.draws = self.draws, self.draws + 1
-        out = philox.uniform(self.seeds, self._key(stream), self.step, self.call, (self.per, *shape), draw=d)
-        return out.reshape(self.groups, *shape)
+        return self._take("uniform", stream, tuple(shape), d)
+
+    def gumbel(self, stream: str, shape: Sequence[int]) -> Tensor:
+        """Keyed Gumbel(0, 1) draws, [G, *shape] float32: this call's next draw, ``per`` rows per seed."""
+        self.splits  # noqa: B018
+        d, self.draws = self.draws, self.draws + 1
+        return self._take("gumbel", stream, tuple(shape), d)
 
     def normal(self, stream: str, shape: Sequence[int]) -> Tensor:
         """Keyed standard normals, [G, *shape] float32: this call's next draw, ``per`` rows per seed."""
+        self.splits  # noqa: B018
         d, self.draws = self.draws, self.draws + 1
-        out = philox.normal(self.seeds, self._key(stream), self.step, self.call, (self.per, *shape), draw=d)
-        return out.reshape(self.groups, *shape)
+        return self._take("normal", stream, tuple(shape), d)
 
     def mm(self, x: Tensor, w: Tensor) -> Tensor:
         """x [G, ..., K] @ w [S, K, F] (the weights of group g's seed; or [K, F], shared), in the activation
@@ -95,11 +133,16 @@ class _Call:
         w = w[None].expand(x.shape[0], -1, -1) if w.dim() == 2 else self.per_group(w)
         if x.shape[-1] % CHUNKS:
             return self._product(x, w)
-        sums = self._split_sums(self._partials(x, w), self.splits is not None)
-        if self.splits is None:
-            return sums[1]
-        split = self.splits.view(-1, *([1] * (x.dim() - 1)))
-        return torch.where(split == 1, sums[1], torch.where(split == 2, sums[2], sums[4]))
+        splits = self.splits
+        sums = self._split_sums(self._partials(x, w), splits is not None)
+        out = sums[1] if splits is None else torch.where(self._is(1), sums[1], torch.where(self._is(2), sums[2], sums[4]))
+        return out.view(*x.shape[:-1], w.shape[-1])
+
+    def _is(self, split: int) -> Tensor:
+        """[G, 1, 1]: which groups have split-K factor ``split``."""
+        if not hasattr(self, "_masks"):
+            self._masks = {s: (self.splits == s).view(-1, 1, 1) for s in SPLITS}
+        return self._masks[split]
 
     def _product(self, x: Tensor, w: Tensor) -> Tensor:
         """x [G, ..., K] @ w [G, K, F] in one float32 matmul, rounded once to the activation dtype."""
@@ -107,23 +150,25 @@ class _Call:
         return torch.bmm(xs, w).view(*x.shape[:-1], w.shape[-1]).to(self.act)
 
     @staticmethod
-    def _partials(x: Tensor, w: Tensor) -> list[Tensor]:
-        """The float32 partial products [G, ..., F] of the CHUNKS K-chunks of x [G, ..., K] @ w [G, K, F], from
-        one batched matmul over G x CHUNKS."""
+    def _partials(x: Tensor, w: Tensor) -> Tensor:
+        """The float32 partial products [G, CHUNKS, M, F] of the CHUNKS K-chunks of x [G, ..., K] @ w [G, K, F]
+        (M = the rows of x per group), from one batched matmul over G x CHUNKS."""
         g_, k, f = x.shape[0], x.shape[-1], w.shape[-1]
         c = k // CHUNKS
         xs = x.float().reshape(g_, -1, CHUNKS, c).transpose(1, 2).reshape(g_ * CHUNKS, -1, c)
-        q = torch.bmm(xs, w.reshape(g_ * CHUNKS, c, f)).view(g_, CHUNKS, -1, f)
-        return [q[:, i].reshape(*x.shape[:-1], f) for i in range(CHUNKS)]
+        return torch.bmm(xs, w.reshape(g_ * CHUNKS, c, f)).view(g_, CHUNKS, -1, f)
 
-    def _split_sums(self, q: list[Tensor], every: bool) -> dict[int, Tensor]:
-        """{split: the product under that split-K factor} from the partials ``q`` (module docstring); only split 1
-        unless ``every``."""
+    def _split_sums(self, q: Tensor, every: bool) -> dict[int, Tensor]:
+        """{split: the product [G, M, F] under that split-K factor} from the partials ``q`` [G, CHUNKS, M, F]
+        (module docstring); only split 1 unless ``every``."""
         act = self.act
-        out = {1: (((q[0] + q[1]) + q[2]) + q[3]).to(act)}
+        q0, q1, q2, q3 = q.unbind(1)
+        h = q0 + q1
+        out = {1: ((h + q2) + q3).to(act)}
         if every:
-            out[2] = (q[0] + q[1]).to(act) + (q[2] + q[3]).to(act)  # a dtype add: rounded
-            out[4] = ((q[0].to(act) + q[1].to(act)) + q[2].to(act)) + q[3].to(act)
+            out[2] = h.to(act) + (q2 + q3).to(act)  # a dtype add: rounded
+            r0, r1, r2, r3 = q.to(act).unbind(1)
+            out[4] = ((r0 + r1) + r2) + r3
         return out
 
     def mm_split(self, x: Tensor, w: Tensor, split: int) -> Tensor:
@@ -132,4 +177,4 @@ class _Call:
         w = w[None].expand(x.shape[0], -1, -1) if w.dim() == 2 else w
         if x.shape[-1] % CHUNKS:
             return self._product(x, w)
-        return self._split_sums(self._partials(x, w), True)[split]
+        return self._split_sums(self._partials(x, w), True)[split].view(*x.shape[:-1], w.shape[-1])

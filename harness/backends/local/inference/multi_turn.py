@@ -50,11 +50,11 @@ class MultiTurn:
         cache, routed, routers = KVCache(), [], []
         step = lambda x, at, keep: self._advance(x, at, cache, capacity, routed, routers, keep)  # noqa: E731
 
-        def turn(first: int, slot: int, stop: int, logits: Tensor) -> None:
+        def turn(first: int, slot: int, stop: int, out: tuple) -> None:
             """Decode the policy slot [first, first + slot) of the response; a row that wrote ``stop`` emits PAD."""
             done = torch.zeros(s_, b, 1, dtype=torch.bool, device=prompts.device)
             for i in range(slot):
-                nxt, lp = self._sample(logits)
+                nxt, lp = self._sample(*out)
                 nxt = nxt.masked_fill(done, PAD)
                 at = first + i
                 tokens[:, :, p + at:p + at + 1] = nxt
@@ -62,7 +62,7 @@ class MultiTurn:
                 mask[:, :, at:at + 1] = (~done).float()
                 done = done | (nxt == stop)
                 if i + 1 < slot:
-                    logits = step(nxt, p + at, 1)
+                    out = step(nxt, p + at, 1)
 
         turn(0, c, CALL_END, step(prompts, 0, 1))
         calls = tokens[:, :, p:p + c].flatten(0, 1)

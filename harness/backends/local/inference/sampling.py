@@ -4,8 +4,8 @@ distribution (temperature, top-k, top-p), one sampled token per row, and the log
 top-p; ``raw`` = the model's log-softmax before them).
 
 A token is drawn by the Gumbel-max trick, ``argmax(sampler_logp + g)`` with ``g`` keyed Gumbel(0, 1) draws (stream
-``sample``, ``harness.backends.local.philox.gumbel``; the sample takes its own call number in the engine step): a
-draw from the softmax of ``sampler_logp``, for every seed and row of a pack in one computation; a token outside the
+``sample``, ``harness.backends.local.philox``; a draw of the engine call whose logits it samples from): a draw
+from the softmax of ``sampler_logp``, for every seed and row of a pack in one computation; a token outside the
 support (-inf) stays -inf and is never drawn.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from harness.backends.local import philox
+from harness.backends.local.inference.kernels import _Call
 
 
 def sampler_logp(logp: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> Tensor:
@@ -51,11 +51,11 @@ class Sampling:
     def _reported(self, model_logp: Tensor, sampler_logp: Tensor) -> Tensor:
         return sampler_logp if self.cfg.logprobs_mode == "processed" else model_logp
 
-    def _sample(self, logits: Tensor) -> tuple[Tensor, Tensor]:
-        """One token per row from the last position's logits [S, B, t, V]: (token [S, B, 1], its reported
-        log-prob [S, B, 1]), by Gumbel-max on keyed draws (module docstring)."""
+    def _sample(self, logits: Tensor, call: _Call) -> tuple[Tensor, Tensor]:
+        """One token per row from the last position's logits [S, B, t, V] of engine call ``call``: (token
+        [S, B, 1], its reported log-prob [S, B, 1]), by Gumbel-max on the call's keyed draws (module docstring)."""
         model_logp = self._model_logp(logits[:, :, -1])
         sampler_logp = self._sampler_logp(model_logp)
-        g = philox.gumbel(self.seeds, "sample", self.step, self._next_call(), sampler_logp.shape[1:])
+        g = call.gumbel("sample", sampler_logp.shape[1:])
         nxt = (sampler_logp + g).argmax(-1, keepdim=True)
         return nxt, self._reported(model_logp, sampler_logp).gather(-1, nxt)
