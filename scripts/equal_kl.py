@@ -16,7 +16,6 @@ import dataclasses
 
 import torch
 
-from harness.backends.local.inference.kernels import _Call
 from harness.backends.local.inference_engine import InferenceEngine
 from harness.backends.local.tasks import Task
 from harness.backends.local.train_engine import forward
@@ -30,7 +29,7 @@ def mean_kl(cfg, policy, tokens, prompt_len: int, passes: int = 4) -> float:
     train = torch.log_softmax(forward(policy, tokens).logits[:, prompt_len - 1:-1], -1)
     kls = []
     for _ in range(passes):
-        logits, _, _ = eng._forward(_Call(cfg.inference, eng.noise_gen), tokens, 0, None)
+        logits, _, _ = eng._forward(eng._call(), tokens, 0, None)  # a fresh engine call: its own keyed draws
         inf = eng._model_logp(logits[:, prompt_len - 1:-1])
         kls.append((inf.exp() * (inf - train)).sum(-1).mean().item())
     return sum(kls) / len(kls)
