@@ -12,9 +12,10 @@
 - MoE: only the top-k experts of each token, as two grouped GEMMs (no Python loop over experts); their
   outputs are combined, summed in a *random order per token and per call* with
   accumulation in ``dtype`` (what GPU atomics / scatter_add do); the dense twin has no such term;
-- ``batch_variance``: every call picks a split-K factor s in {1, 2, 4} for its matmuls (as kernels
+- ``batch_variance``: every call draws a split-K factor s in {1, 2, 4} for its matmuls (as kernels
   pick tiles by batch shape): ``y = round(...round(round(P_1) + round(P_2))... + round(P_s))``
-  with ``P_i`` the partial product over the i-th K-chunk - noise for dense models too (``inference.kernels``);
+  with ``P_i`` the partial product over the i-th K-chunk - noise for dense models too; the partials of the
+  four K-chunks come from one batched matmul and each row (call) takes its factor's sum (``inference.kernels``);
 - ``deterministic``: fixed combine order and no split-K (batch invariant): zero scoring variance;
 - explicit perturbations, off by default (docs/design.md section 3; ``inference.noise``): router-logit noise
   before top-k, output-logit noise, and a biased down-weighting of low-probability tokens;

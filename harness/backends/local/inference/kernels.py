@@ -6,14 +6,15 @@ how ``score(tokens, n)`` runs the n passes of every seed of a pack as one forwar
 Split-K (``batch_variance``): the float32 partial products ``q_1..q_4`` of the four K-chunks come from one batched
 matmul, and every row (call) gets one of
 
-    split 1 = round(q_1 + q_2 + q_3 + q_4)
+    split 1 = round(((q_1 + q_2) + q_3) + q_4)
     split 2 = round(round(q_1 + q_2) + round(q_3 + q_4))
     split 4 = round(round(round(round(q_1) + round(q_2)) + round(q_3)) + round(q_4))
 
-(``round``: to the activation dtype; a sum of rounded values is a dtype add, rounded again), selected per row by
-``torch.where`` on the call's keyed split factor: no read-back to the host, no grouping of calls. A K that is not
-a multiple of 4 is computed as split 1 (one matmul, rounded once) for every row; so are ``deterministic`` and
-``batch_variance=false`` calls, which draw no split factor.
+(``round``: to the activation dtype; float32 sums left to right; a sum of rounded values is a dtype add, rounded
+again), selected per row by ``torch.where`` on the call's keyed split factor: no read-back to the host, no
+grouping of calls. ``deterministic`` and ``batch_variance=false`` calls draw no split factor and take split 1 for
+every row. A K that is not a multiple of 4 is one float32 matmul rounded once, for
+every row and mode.
 
 Keyed draws (``harness.backends.local.philox``): a call is numbered within its engine step (``call``, given by the
 engine) and numbers its draws (``draw``: 0, 1, ... in the order the forward asks for them); a draw of seed s is the
@@ -65,6 +66,7 @@ class _Call:
         self.planned = False  # prefetched
         self._seed_of: Tensor | None = None
         self._splits: Tensor | None = None
+        self._masks: dict[int, Tensor] = {}  # split -> [G, 1, 1] which groups have it
 
     @property
     def splits(self) -> Tensor | None:
@@ -109,23 +111,23 @@ class _Call:
             out = philox.draws(self.seeds, self.step, self.call, [spec])[0]
         return out.reshape(self.groups, *shape)
 
+    def _next(self, kind: str, stream: str, shape: Sequence[int]) -> Tensor:
+        """This call's next draw, [G, *shape] (the split-K draw, number 0, taken first: a plan has it first)."""
+        _ = self.splits
+        d, self.draws = self.draws, self.draws + 1
+        return self._take(kind, stream, tuple(shape), d)
+
     def uniform(self, stream: str, shape: Sequence[int]) -> Tensor:
         """Keyed uniforms in (0, 1), [G, *shape] float32: this call's next draw, ``per`` rows per seed."""
-        self.splits  # noqa: B018  draw 0 first, as a plan has it
-        d, self.draws = self.draws, self.draws + 1
-        return self._take("uniform", stream, tuple(shape), d)
+        return self._next("uniform", stream, shape)
 
     def gumbel(self, stream: str, shape: Sequence[int]) -> Tensor:
         """Keyed Gumbel(0, 1) draws, [G, *shape] float32: this call's next draw, ``per`` rows per seed."""
-        self.splits  # noqa: B018
-        d, self.draws = self.draws, self.draws + 1
-        return self._take("gumbel", stream, tuple(shape), d)
+        return self._next("gumbel", stream, shape)
 
     def normal(self, stream: str, shape: Sequence[int]) -> Tensor:
         """Keyed standard normals, [G, *shape] float32: this call's next draw, ``per`` rows per seed."""
-        self.splits  # noqa: B018
-        d, self.draws = self.draws, self.draws + 1
-        return self._take("normal", stream, tuple(shape), d)
+        return self._next("normal", stream, shape)
 
     def mm(self, x: Tensor, w: Tensor) -> Tensor:
         """x [G, ..., K] @ w [S, K, F] (the weights of group g's seed; or [K, F], shared), in the activation
@@ -140,8 +142,8 @@ class _Call:
 
     def _is(self, split: int) -> Tensor:
         """[G, 1, 1]: which groups have split-K factor ``split``."""
-        if not hasattr(self, "_masks"):
-            self._masks = {s: (self.splits == s).view(-1, 1, 1) for s in SPLITS}
+        if split not in self._masks:
+            self._masks[split] = (self.splits == split).view(-1, 1, 1)
         return self._masks[split]
 
     def _product(self, x: Tensor, w: Tensor) -> Tensor:
