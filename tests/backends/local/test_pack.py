@@ -16,7 +16,8 @@ def _curves(trainer, steps):
 @pytest.mark.parametrize("spec", [["estimator=tis"], ["estimator=mean_n", "estimator.n=3"],
                                   ["estimator=r3", "trainer.max_grad_norm=0.5"], ["estimator=deterministic"],
                                   ["estimator=deterministic", "estimator.noise=frozen"],
-                                  ["estimator=mean_n", "estimator.n=3", "inference.kl_target=0.01"]])
+                                  ["estimator=mean_n", "estimator.n=3", "inference.kl_target=0.01"],
+                                  ["estimator=tis", "inference.logit_noise_sigma=0.3", "inference.batch_variance=false"]])
 def test_a_seed_trains_identically_alone_and_in_a_pack(spec):
     cfgs = [load([*TINY, *spec, f"seed={s}"]) for s in (0, 1, 2)]
     pack = PackTrainer(cfgs, torch.device("cpu"))
