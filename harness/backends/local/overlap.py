@@ -18,8 +18,8 @@ passes; the training side computes pi_old (recompute etc.), diagnostics and the 
 - **Determinism**: each process consumes its own per-seed generators (sampling, data, engine noise and
   diagnostics on the rollout side; minibatch shuffles on the training side) in a fixed order, and the
   order of messages is fixed, so the curve does not depend on timing.
-- **Checkpoint**: ``seed_state`` (``state_dict``) drains the batch in flight and stores it (``pending``, as a plain dict: a checkpoint
-  holds tensors and plain values only, ``harness.torchfile``) with the rollout
+- **Checkpoint**: ``seed_state`` (``state_dict``) drains the batch in flight and stores it (``pending``, as a
+  plain dict: a checkpoint holds tensors and plain values only, ``harness.torchfile``) with the rollout
   side's generators as they were after making it (``data_gen``, ``diag_gen``, ``infer``); a resume trains
   on that batch (moved to the trainer's device: checkpoints are read onto the CPU) and restarts the worker's
   generators from there: bitwise the run that was not stopped.
