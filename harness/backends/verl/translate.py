@@ -40,6 +40,10 @@ TOOL_AGENT_LOOP = "tool_agent"  # verl's multi-turn loop (experimental/agent_loo
 ENTRYPOINT = ("-m", "verl.trainer.main_ppo")
 REWARD_FILE = Path(__file__).with_name("reward.py")
 CHECKPOINT_DIR = "verl_checkpoints"
+#: Megatron's router precision for MoE models (``override_transformer_config``), as verl's own Qwen3-30B-A3B recipe
+#: sets it (examples/grpo_trainer/run_qwen3moe-30b_megatron_96gb.sh); FSDP has no per-module counterpart
+#: (its ``mixed_precision`` applies to every parameter): docs/verl.md, "The router's precision"
+MOE_ROUTER_DTYPE = ("moe_router_dtype", "fp32")
 
 
 def checkpoint_root(cfg: RunConfig) -> Path:
@@ -189,6 +193,8 @@ def _megatron(cfg: RunConfig) -> Items:
                   (f"{M}.optimizer_offload", p.optimizer_offload), (f"{M}.seed", cfg.seed),
                   (f"{M}.router_replay.mode", "R3" if needs.replay else "disabled")]
     T = f"{M}.override_transformer_config"
+    if cfg.model.kind == "moe":  # the router in fp32 (not in verl's yaml: added), as verl's own Qwen3-30B-A3B recipe
+        out += [(f"+{T}.{MOE_ROUTER_DTYPE[0]}", MOE_ROUTER_DTYPE[1])]
     if p.recompute == "full":
         out += [(f"{T}.recompute_granularity", "full"), (f"{T}.recompute_method", "uniform"),
                 (f"{T}.recompute_num_layers", p.recompute_num_layers)]
