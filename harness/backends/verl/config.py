@@ -120,6 +120,10 @@ class VerlConfig:
     #: space: a Qwen3-30B-A3B checkpoint with Adam states is ~400 GB); each run writes
     #: ``<checkpoint_dir>/<experiment>/<signature>``. null = ``<run_dir>/verl_checkpoints`` (the project folder)
     checkpoint_dir: Optional[str] = None
+    #: ``moe/routing_flip_rate`` on verl (megatron, MoE, a decoupled estimator without R3, one update per step):
+    #: vLLM returns its routes, Megatron records its own in the old-log-prob pass (``router_replay.mode=R2``, which
+    #: replays them in the update) and ``plugins/routing.py`` compares them. docs/verl.md, "Routing agreement"
+    routing_metrics: bool = False
 
 
 def estimator_mapping(cfg: "RunConfig") -> "Verl":
@@ -302,9 +306,29 @@ def _trainer(cfg: "RunConfig") -> None:
              f"(limit {MAX_LLM_LR})")
 
 
+def _routing_metrics(cfg: "RunConfig") -> None:
+    """``verl.routing_metrics``: verl records training routes (R2) on megatron only, for a MoE model, in the
+    old-log-prob pass (none in bypass mode; R3 replays the rollout's); R2 replays them in the update, which is the
+    routing the update computes itself only when it runs once on the pre-update weights."""
+    from harness import estimators
+
+    v, e, tr, key = cfg.verl, cfg.estimator, cfg.trainer, "verl.routing_metrics"
+    if not v.routing_metrics:
+        return
+    _require(v.strategy == "megatron" and cfg.model.kind == "moe", key,
+             f"needs a MoE model on verl.strategy=megatron (verl records training routes there only), got "
+             f"{cfg.model.kind} on {v.strategy}")
+    _require(not estimators.get(e.name).needs.replay and not estimator_mapping(cfg).bypass, key,
+             f"estimator {e.name} has no training routes to compare: r3 replays the rollout's, a bypass estimator "
+             "skips the old-log-prob pass (verl refuses R2 in bypass mode)")
+    _require(tr.num_minibatches == 1 and tr.ppo_epochs == 1, key,
+             "R2 replays the old-log-prob pass's routing in the update: set trainer.num_minibatches=1 and "
+             f"trainer.ppo_epochs=1 (got {tr.num_minibatches}, {tr.ppo_epochs}) so that it is the update's own")
+
+
 #: the checks in the order they run: the first failing key is the one reported
 CHECKS = (_engine, _estimator, _sizes, _training_parallelism, _rollout_parallelism, _switches, _data,
-          _model_and_task, _inference, _trainer)
+          _model_and_task, _inference, _trainer, _routing_metrics)
 
 
 def validate(cfg: "RunConfig") -> "RunConfig":

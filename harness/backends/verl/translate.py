@@ -28,6 +28,7 @@ from typing import Any
 
 from harness import estimators, tasks
 from harness.backends.verl.config import TOOL_FILES, estimator_mapping
+from harness.backends.verl.routing import ROUTING_ENV
 from harness.uri import ROOT
 from harness.spec import RunConfig
 from harness.overrides import hydra_value
@@ -130,6 +131,8 @@ def environment(cfg: RunConfig) -> dict[str, str]:
     """Environment of the driver (``main_ppo``); the same reaches every Ray worker via runtime_env."""
     # an http store's credentials: in MLFLOW_TRACKING_USERNAME/PASSWORD of this process, inherited (harness.uri)
     env = {"VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE, "MLFLOW_TRACKING_URI": mlflow_uri(cfg.tracking_uri)}
+    if cfg.verl.routing_metrics:  # plugins/routing.py wraps the trainer's old-log-prob pass
+        env[ROUTING_ENV] = "1"
     mapping = estimator_mapping(cfg)
     if mapping.env is not None:
         env.update(mapping.env(_params(cfg)))
@@ -183,15 +186,24 @@ def _actor(cfg: RunConfig) -> Items:
             (f"{A}.policy_loss.loss_mode", estimator_mapping(cfg).loss_mode)]
 
 
+def router_replay_mode(cfg: RunConfig) -> str:
+    """Megatron's ``router_replay.mode``: R3 (replay the rollout's routing) for an estimator that needs it, R2
+    (record the training routes in the old-log-prob pass, replay them in the update) with ``verl.routing_metrics``,
+    else disabled."""
+    if estimators.get(cfg.estimator.name).needs.replay:
+        return "R3"
+    return "R2" if cfg.verl.routing_metrics else "disabled"
+
+
 def _megatron(cfg: RunConfig) -> Items:
     """Megatron's parallelism, offload, router replay (R3), activation recompute and CPU Adam."""
-    p, needs = cfg.verl.parallel, estimators.get(cfg.estimator.name).needs
+    p = cfg.verl.parallel
     M = f"{A}.megatron"
     out: Items = [(f"{M}.tensor_model_parallel_size", p.tp), (f"{M}.pipeline_model_parallel_size", p.pp),
                   (f"{M}.context_parallel_size", p.cp), (f"{M}.expert_model_parallel_size", p.ep),
                   (f"{M}.expert_tensor_parallel_size", p.etp), (f"{M}.param_offload", p.param_offload),
                   (f"{M}.optimizer_offload", p.optimizer_offload), (f"{M}.seed", cfg.seed),
-                  (f"{M}.router_replay.mode", "R3" if needs.replay else "disabled")]
+                  (f"{M}.router_replay.mode", router_replay_mode(cfg))]
     T = f"{M}.override_transformer_config"
     if cfg.model.kind == "moe":  # the router in fp32 (not in verl's yaml: added), as verl's own Qwen3-30B-A3B recipe
         out += [(f"+{T}.{MOE_ROUTER_DTYPE[0]}", MOE_ROUTER_DTYPE[1])]
@@ -234,7 +246,7 @@ def _rollout(cfg: RunConfig) -> Items:
                   (f"{R}.gpu_memory_utilization", p.gpu_memory_utilization),
                   (f"{R}.log_prob_micro_batch_size_per_gpu", p.micro_batch_per_gpu),
                   (f"{R}.full_determinism", deterministic), (f"{R}.seed", cfg.seed),
-                  (f"{R}.enable_rollout_routing_replay", needs.replay),
+                  (f"{R}.enable_rollout_routing_replay", needs.replay or v.routing_metrics),
                   (f"{R}.agent.default_agent_loop", agent_loop(cfg))]
     return out + multi_turn(cfg)
 
