@@ -58,7 +58,7 @@ class ThreadOverlap(LocalTrainer):
         self.thread = threading.Thread(target=lambda: setattr(self, "batch", self.side.collect()))
         self.thread.start()
 
-    def run_step(self):  # type: ignore[override]
+    def step_seeds(self):
         t_step = time.perf_counter()
         if self.thread is None:
             self._start()
@@ -66,7 +66,7 @@ class ThreadOverlap(LocalTrainer):
         batch, self.thread = self.batch, None
         if self.step + 1 < self.cfg.trainer.steps:
             self._start()
-        return self.learn(batch, t_step)[0]
+        return self.learn(batch, t_step)
 
     def sync_weights(self) -> None:
         pass

@@ -67,16 +67,16 @@ def measure(estimator: list[str], size: int, device: torch.device, args) -> dict
             for s in range(size)]
     trainer = PackTrainer(cfgs, device)
     for _ in range(args.warmup):
-        trainer.run_step()
+        trainer.step_seeds()
     times = []
     for _ in range(args.steps):
         _sync(device)
         t0 = time.perf_counter()
-        trainer.run_step()
+        trainer.step_seeds()
         _sync(device)
         times.append(time.perf_counter() - t0)
     with OpCount() as count:
-        trainer.run_step()
+        trainer.step_seeds()
     s_step = statistics.median(times)
     return {"s_step": s_step, "seed_steps_s": size / s_step, "ops": count.ops, "syncs": count.syncs}
 

@@ -192,7 +192,7 @@ def bench_packs(size: int, steps: int, workdir: Path) -> dict:
         for rep in range(steps + 1):  # the first step of each is a warm-up
             for label, trainer in (("alone", alone), ("pack", pack))[:: 1 if rep % 2 else -1]:
                 t0 = time.perf_counter()
-                values = trainer.run_step()
+                values = trainer.step_seeds()
                 for buf, v in zip(buffers[label], values):
                     buf.add(trainer.step, v)
                 if rep:

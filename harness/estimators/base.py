@@ -3,9 +3,14 @@
 An estimator turns a rollout batch into an :class:`OldPolicy` - the denominator ``logp`` of the
 PPO ratio, an extra detached per-token ``weight`` (TIS/MIS/IcePop), a ``mask`` (rejected tokens
 contribute no gradient) and an optional routing ``replay`` for the training forwards (R3). It may
-also rescale the ratio inside the loss (RAIS) or replace the loss itself (``loss``: token-mean PPO by
+also rescale the ratio inside the loss (RAIS) or replace the objective itself (``loss``: token-mean PPO by
 default; ``gmpo_rs``: GMPO's per-sequence geometric mean). The trainer only calls these hooks; it never
 looks at an estimator's name.
+
+**Row-wise.** Every hook works on the rows of a batch ([B, R] tensors) and reduces nothing across rows: ``loss``
+returns the objective's unreduced terms (:class:`~harness.estimators.losses.LossTerms`, per token or per
+sequence, with how they aggregate), and the trainer aggregates them within each seed's slice of a seed pack (as
+verl's ``agg_loss``). So no hook receives the pack's size: a pack of S seeds is S x B rows to an estimator.
 
 Everything an estimator may need is reached through :class:`OldPolicyContext` (lazy, cached,
 timed by the trainer), so an estimator pays only for what it uses.
@@ -41,6 +46,7 @@ from harness.errors import ConfigError
 if TYPE_CHECKING:  # pragma: no cover
     from torch import Tensor
 
+    from harness.estimators.losses import LossTerms
     from harness.spec import EstimatorConfig, RunConfig
 
 
@@ -173,16 +179,16 @@ class Estimator:
         """The PPO ratio r = pi_new / pi_old; RAIS rescales it."""
         return (logp_new - old.logp).exp()
 
-    def loss(self, logp_new: Tensor, old: OldPolicy, new: PolicyForward, adv: Tensor, size: int,
-             clip_eps: float) -> tuple[Tensor, Tensor]:
-        """The policy loss of a minibatch of a pack of ``size`` seeds (rows seed-major, [S B, R]; ``adv`` [S B, 1])
-        and its clipped share, per seed ([S], [S]). Default: token-mean PPO of ``ratio`` with ``old.weight``
-        and ``old.mask`` (``losses.ppo_losses``, clip ``trainer.clip_eps``); an estimator with another
-        objective overrides it (``gmpo_rs``: GMPO's per-sequence geometric mean)."""
-        from harness.estimators.losses import per_seed, ppo_losses
+    def loss(self, logp_new: Tensor, old: OldPolicy, new: PolicyForward, adv: Tensor, clip_eps: float) -> LossTerms:
+        """The unreduced terms of the policy objective on a minibatch's rows ([B, R]; ``adv`` [B, 1]): per token,
+        or per sequence where the objective is per sequence (:class:`LossTerms`). The trainer reduces them
+        (``agg``: token-mean, seq-mean) within each seed of a pack, so a loss never sees the pack's size. Default:
+        PPO's clipped objective of ``ratio`` weighted by ``old.weight`` on ``old.mask`` (``losses.ppo_terms``, clip
+        ``trainer.clip_eps``), aggregated token-mean; an estimator with another objective overrides it
+        (``gmpo_rs``: GMPO's per-sequence geometric mean)."""
+        from harness.estimators.losses import ppo_terms
 
-        return ppo_losses(*(per_seed(x, size) for x in (self.ratio(logp_new, old, new), adv, old.weight, old.mask)),
-                          clip_eps)
+        return ppo_terms(self.ratio(logp_new, old, new), adv, old.weight, old.mask, clip_eps)
 
     # helpers for subclasses
     @staticmethod

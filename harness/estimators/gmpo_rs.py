@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from harness.errors import ConfigError
 from harness.estimators.base import OldPolicy, PolicyForward, Style, Verl, knob, register
-from harness.estimators.losses import gmpo_losses, per_seed
+from harness.estimators.losses import LossTerms, gmpo_terms
 from harness.estimators.rais import GAMMA_MIN_ENV, RAIS, RAIS_ENV, Floor, router_shift_gamma, verl_check
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,8 +59,8 @@ class GMPORS(RAIS):
                 env=lambda p: {GAMMA_MIN_ENV: repr(float(p.gamma_min)), LOG_CLIP_ENV: repr(float(p.log_clip)),
                                RAIS_ENV: "1"})
 
-    def loss(self, logp_new: Tensor, old: OldPolicy, new: PolicyForward, adv: Tensor, size: int,
-             clip_eps: float) -> tuple[Tensor, Tensor]:
-        """GMPO's loss of the rescaled log-ratios, per seed; ``clip_eps`` (PPO's) is not used."""
+    def loss(self, logp_new: Tensor, old: OldPolicy, new: PolicyForward, adv: Tensor, clip_eps: float) -> LossTerms:
+        """GMPO's per-sequence terms of the rescaled log-ratios (aggregated seq-mean); ``clip_eps`` (PPO's) is not
+        used."""
         log_ratio = rescaled_log_ratio(logp_new, old, new, self.params.gamma_min)
-        return gmpo_losses(*(per_seed(x, size) for x in (log_ratio, adv, old.mask)), self.params.log_clip)
+        return gmpo_terms(log_ratio, adv, old.mask, self.params.log_clip)

@@ -7,7 +7,7 @@ Reward: :func:`harness.tasks.base.digit_reward`.
 from __future__ import annotations
 
 from harness.tasks import register
-from harness.tasks.base import INSTRUCTION, TaskSpec, digit_reward, digit_text_reward, digits
+from harness.tasks.base import INSTRUCTION, TaskSpec, digit_reward, digit_text_reward, digits, randint
 from harness.tasks.vocab import BOS, EQUALS, PLUS
 
 
@@ -16,8 +16,8 @@ def sample(n: int, length: int, gen):
     a = sum_i a_i 10^(L-1-i), answer_j = floor((a + b) / 10^j) mod 10."""
     import torch
 
-    a = torch.randint(0, 10, (n, length), generator=gen)
-    b = torch.randint(0, 10, (n, length), generator=gen)
+    a = randint(gen, 0, 10, (n, length))
+    b = randint(gen, 0, 10, (n, length))
     place = 10 ** torch.arange(length - 1, -1, -1)
     total = (a * place).sum(-1) + (b * place).sum(-1)
     answer = torch.stack([(total // 10**i) % 10 for i in range(length + 1)], 1)

@@ -97,6 +97,17 @@ class TaskSpec:
         return f"{self.name}_L{length}" if self.generated else self.name
 
 
+def randint(gen, low: int, high: int, shape: tuple[int, ...]) -> "torch.Tensor":
+    """Integers in [low, high) of ``shape`` from ``gen``: a ``torch.Generator``, or a keyed source (any object with a
+    ``randint(low, high, shape)`` method, e.g. the local trainer's draws for every seed of a pack at once). What a
+    task's ``sample`` draws its digits with."""
+    import torch
+
+    if gen is None or isinstance(gen, torch.Generator):
+        return torch.randint(low, high, shape, generator=gen)
+    return gen.randint(low, high, shape)
+
+
 def digit_reward(responses: "torch.Tensor", answers: "torch.Tensor", mode: str) -> tuple["torch.Tensor", "torch.Tensor"]:
     """Token-level reward of digit answers: right_i = [response_i == answer_i],
     exact = min_i right_i, reward = mean_i right_i (partial) or exact."""

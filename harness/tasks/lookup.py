@@ -14,7 +14,7 @@ reference answer is that of the right call. Reward: the answer slot only (:func:
 from __future__ import annotations
 
 from harness.tasks import register
-from harness.tasks.base import TaskSpec, Tool, eos_reward
+from harness.tasks.base import TaskSpec, Tool, eos_reward, randint
 from harness.tasks.vocab import BOS, CALL_END, EOS, EQUALS, PAD
 
 SMALL = 5  # the call asks for the digits d < SMALL
@@ -61,7 +61,7 @@ def sample(n: int, length: int, gen):
     """n prompts [n, L + 2] and the reference answers [n, L + 1]: sorted f(small digits), EOS, PAD."""
     import torch
 
-    d = torch.randint(0, 10, (n, length), generator=gen)
+    d = randint(gen, 0, 10, (n, length))
     small = d < SMALL
     values = torch.where(small, lookup(d), 10).sort(-1).values  # the others sort last and are dropped
     return torch.cat([torch.full((n, 1), BOS), d, torch.full((n, 1), EQUALS)], 1), compact(values, small.sort(

@@ -6,7 +6,7 @@ answer the sorted digits separated by spaces after ``####``. Reward: :func:`harn
 from __future__ import annotations
 
 from harness.tasks import register
-from harness.tasks.base import INSTRUCTION, TaskSpec, digit_reward, digit_text_reward, digits
+from harness.tasks.base import INSTRUCTION, TaskSpec, digit_reward, digit_text_reward, digits, randint
 from harness.tasks.vocab import BOS, EQUALS
 
 
@@ -14,7 +14,7 @@ def sample(n: int, length: int, gen):
     """n prompts [n, L + 2] and their sorted digits [n, L]."""
     import torch
 
-    d = torch.randint(0, 10, (n, length), generator=gen)
+    d = randint(gen, 0, 10, (n, length))
     return torch.cat([torch.full((n, 1), BOS), d, torch.full((n, 1), EQUALS)], 1), d.sort(-1).values
 
 

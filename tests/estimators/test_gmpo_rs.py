@@ -9,6 +9,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from harness import metrics as M
+from harness.backends.local.agg import agg_loss
 from harness.backends.local.trainer import LocalTrainer, PackTrainer
 from harness.spec import ConfigError, EstimatorConfig, load
 from harness.estimators import OldPolicy, PolicyForward, build
@@ -37,7 +38,8 @@ def batch(seed: int, shift: float):
 
 def ours(logp_new, rnew, old, adv, size=1, gamma_min=0.8, log_clip=0.4):
     est = build(EstimatorConfig(name="gmpo_rs", gamma_min=gamma_min, log_clip=log_clip))
-    return est.loss(logp_new, old, PolicyForward(logp_new, router_logp=rnew, selected=None), adv, size, 0.2)
+    terms = est.loss(logp_new, old, PolicyForward(logp_new, router_logp=rnew, selected=None), adv, 0.2)
+    return agg_loss(terms, old.mask, size)  # as the trainer aggregates, per seed
 
 
 def by_hand(logp_new, old, adv, gamma, gamma_min, eps):
@@ -117,7 +119,7 @@ def test_a_seed_trains_bitwise_the_same_alone_and_in_a_pack():
     pack, alone = PackTrainer(cfgs, torch.device("cpu")), LocalTrainer(cfgs[1], torch.device("cpu"))
     timeless = lambda d: {k: v for k, v in d.items() if not k.startswith(("time/", "tokens/"))}  # noqa: E731
     for _ in range(3):
-        packed, single = PackTrainer.run_step(pack), alone.run_step()
+        packed, single = pack.step_seeds(), alone.run_step()
         assert timeless(packed[1]) == timeless(single) and timeless(packed[0]) != timeless(packed[1])
     for name, p in alone.policy.weights().items():
         assert torch.equal(p[0], pack.policy.weights()[name][1]), name

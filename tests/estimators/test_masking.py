@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from harness.backends.local.agg import agg_loss
 from harness.spec import EstimatorConfig
 from harness.estimators import PolicyForward, build
 
@@ -81,7 +82,7 @@ def _run(case: str, roll, rec, scores, new_masked=None):
     if new_masked is not None:
         new_logp = torch.where(M > 0, new_logp, new_masked)
     new = PolicyForward(new_logp, router_logp=ROUTER, selected=SELECTED)
-    loss, _ = estimator.loss(new.logp, old, new, ADV, 1, 0.2)  # the estimator's own loss (PPO but for gmpo_rs)
+    loss, _ = agg_loss(estimator.loss(new.logp, old, new, ADV, 0.2), old.mask, 1)  # its own loss (PPO but gmpo_rs)
     return old, loss[0], ctx
 
 

@@ -394,3 +394,14 @@ def test_sweep_runs_are_named_for_what_they_train():
     names = {r.cfg.tracking.run_name for r in runs_of("noise_bias")}
     assert "mean_n(n=8) s4 inference.router_noise_sigma=0.0 inference.bias_delta=0.3" in names
     assert len(names) == 100
+
+
+def test_the_demo_sweep_runs_every_registered_estimator():
+    """The README says the demo runs every estimator: a newly registered one must be added to sweeps/demo.yaml."""
+    import yaml
+
+    from harness.estimators import NAMES
+    from harness.uri import ROOT
+
+    grid = yaml.safe_load((ROOT / "sweeps" / "demo.yaml").read_text())["grid"]["estimator"]
+    assert sorted(grid) == sorted(NAMES)

@@ -43,13 +43,13 @@ class RunJob(Checkpointable):
 
 class PackJob(Checkpointable):
     """A seed pack: several seeds of one spec trained together in one process
-    (``harness.backends.local.pack.execute_pack``), each seed its own MLflow run and checkpoint."""
+    (``harness.backends.local.run.execute_pack``), each seed its own MLflow run and checkpoint."""
 
     def __init__(self, specs: list[dict[str, Any]], finished_after_ms: int = 0):
         self.specs, self.finished_after_ms = specs, finished_after_ms
 
     def __call__(self) -> list[dict[str, Any]]:
-        from harness.backends.local.pack import execute_pack
+        from harness.backends.local.run import execute_pack
         from harness.spec import build
 
         summaries = execute_pack([build(s) for s in self.specs], finished_after_ms=self.finished_after_ms)

@@ -19,8 +19,8 @@ passes; the training side computes pi_old (recompute etc.), diagnostics and the 
   shuffles on the training side) in a fixed order, the engine's draws are keyed by the step the batch is made
   for (``collect`` carries it: the worker's engine ``begin_step``s it), and the order of messages is fixed, so
   the curve does not depend on timing.
-- **Checkpoint**: ``state_dict`` drains the batch in flight and stores it (``pending``, as a plain dict: a checkpoint
-  holds tensors and plain values only, ``harness.torchfile``) with the rollout
+- **Checkpoint**: ``seed_state`` (``state_dict``) drains the batch in flight and stores it (``pending``, as a
+  plain dict: a checkpoint holds tensors and plain values only, ``harness.torchfile``) with the rollout
   side's generators as they were after making it (``data_gen``, ``diag_gen``, ``infer``); a resume trains
   on that batch (moved to the trainer's device: checkpoints are read onto the CPU) and restarts the worker's
   generators from there: bitwise the run that was not stopped.
@@ -219,7 +219,7 @@ class RolloutWorker:
 
 
 class OverlapTrainer(LocalTrainer):
-    """One run with one-step-off overlap: ``run_step`` trains on the batch the worker made while the
+    """One run with one-step-off overlap: ``step_seeds`` trains on the batch the worker made while the
     previous update ran, after starting the next one. Same API as ``LocalTrainer``, plus ``close``."""
 
     def __init__(self, cfg: RunConfig, device: torch.device):
@@ -242,7 +242,7 @@ class OverlapTrainer(LocalTrainer):
             self.pending = unplain(batch)
             self.in_flight = False
 
-    def run_step(self) -> dict[str, float]:  # type: ignore[override]
+    def step_seeds(self) -> list[dict[str, float]]:
         t_step = time.perf_counter()
         if self.pending is None and not self.in_flight:  # the first step: nothing was overlapped with it
             self._start_rollout(self.step)
@@ -252,24 +252,24 @@ class OverlapTrainer(LocalTrainer):
         t_wait = time.perf_counter() - t_step
         if self.step + 1 < self.cfg.trainer.steps:
             self._start_rollout(self.step + 1)  # B_{t+1} with W_t, while learn(B_t) makes W_{t+1}
-        values = self.learn(batch, t_step)[0]
-        values[M.TIME_ROLLOUT_WAIT] = t_wait
-        return values
+        per_seed = self.learn(batch, t_step)
+        per_seed[0][M.TIME_ROLLOUT_WAIT] = t_wait
+        return per_seed
 
     def sync_weights(self) -> None:
         """Nothing here: ``_start_rollout`` publishes the weights the next rollout is made with."""
 
-    def state_dict(self) -> dict:
+    def seed_state(self, s: int) -> dict:
         self._drain()
-        state = super().state_dict()
+        state = super().seed_state(s)
         if self.rollout_state is not None:
             state.update(self.rollout_state)
         state["pending"] = plain(self.pending)
         return state
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_seed_state(self, s: int, state: dict) -> None:
         self._drain()
-        super().load_state_dict(state)
+        super().load_seed_state(s, state)
         self.rollout_state = {k: state[k] for k in ROLLOUT_STATE}
         self.worker.send("load_state", self.rollout_state)
         self.worker.reply()
@@ -284,6 +284,10 @@ class OverlapTrainer(LocalTrainer):
         self.worker.close()
 
 
-def make_trainer(cfg: RunConfig, device: torch.device) -> LocalTrainer:
-    """The trainer of one run: ``OverlapTrainer`` when ``trainer.overlap`` is set, else ``LocalTrainer``."""
-    return OverlapTrainer(cfg, device) if cfg.trainer.overlap else LocalTrainer(cfg, device)
+def make_trainer(cfgs: list[RunConfig], device: torch.device) -> PackTrainer:
+    """The trainer of a pack of seeds of one spec (the run loop's, ``run.py``): ``OverlapTrainer`` for one seed
+    with ``trainer.overlap`` set (a pack refuses overlap), else ``PackTrainer``."""
+    if cfgs[0].trainer.overlap:
+        assert len(cfgs) == 1, "one-step-off overlap runs one seed per process"
+        return OverlapTrainer(cfgs[0], device)
+    return PackTrainer(cfgs, device)

@@ -10,7 +10,8 @@ per-seed state for exact resume. A plain run is a pack of one (``LocalTrainer``)
     sync     : the inference engine reloads the new weights (as verl syncs vLLM)
 
 Every tensor carries the seed axis (stacked weights, batched GEMMs); the estimator sees the S x B
-rows of the pack as one batch (its hooks are row-wise). Every random draw comes from the seed's
+rows of the pack as one batch (its hooks are row-wise, its loss unreduced terms, which ``agg.agg_loss``
+reduces per seed). Every random draw comes from the seed's
 own named generators, checkpointed per seed, and every per-seed quantity (loss, gradient norm,
 optimiser step, metrics) is reduced within the seed's slice only: a seed's curve is bitwise the
 same alone or in a pack (tests/backends/local/test_pack.py). The trainer only calls the
@@ -28,6 +29,7 @@ from torch import Tensor
 
 from harness import estimators
 from harness import metrics as M
+from harness.backends.local.agg import agg_loss
 from harness.backends.local.inference_engine import InferenceEngine, Rollout
 from harness.backends.local.kl_control import KLController
 from harness.backends.local.model import PolicyPack
@@ -38,7 +40,7 @@ from harness.backends.local.train_engine import TrainEngine
 from harness.backends.local.warmstart import warm_start
 from harness.spec import RunConfig
 from harness.estimators.base import OldPolicy, PolicyForward
-from harness.estimators.losses import ppo_losses
+from harness.estimators.losses import ppo_terms
 from harness.tasks.vocab import PAD
 
 
@@ -49,8 +51,8 @@ def grpo_advantages(reward: Tensor, group_size: int, eps: float = 1e-6) -> Tenso
 
 
 def ppo_loss(ratio: Tensor, adv: Tensor, weight: Tensor, mask: Tensor, clip_eps: float) -> tuple[Tensor, Tensor]:
-    """Token-mean PPO-clipped loss over unmasked tokens [B, R], and the clipped share."""
-    loss, clipfrac = ppo_losses(ratio[None], adv[None], weight[None], mask[None], clip_eps)
+    """Token-mean PPO-clipped loss over unmasked tokens [B, R], and the clipped share (one seed)."""
+    loss, clipfrac = agg_loss(ppo_terms(ratio, adv, weight, mask, clip_eps), mask, 1)
     return loss[0], clipfrac[0]
 
 
@@ -247,8 +249,8 @@ class PackTrainer:
         if self.stop_check is not None and self.stop_check():
             raise StepAborted(f"step {self.step} abandoned between two of its phases")
 
-    def run_step(self) -> list[dict[str, float]]:
-        """One step of every seed; the metrics of each seed."""
+    def step_seeds(self) -> list[dict[str, float]]:
+        """One step of every seed; the metrics of each seed (the run loop's step, ``run.py``)."""
         t_step = time.perf_counter()
         batch = self.collect()
         self.phase_boundary()
@@ -395,7 +397,8 @@ class PackTrainer:
                 idx = perm[:, i * mb:(i + 1) * mb].reshape(-1).to(tokens.device)  # seed-major rows
                 o = old.select(idx)
                 new = self.train.forward(tokens[idx], pl, o.replay, with_entropy=True)
-                loss, clipfrac = self.estimator.loss(new.logp, o, new, adv[idx, None], n_s, tr.clip_eps)
+                terms = self.estimator.loss(new.logp, o, new, adv[idx, None], tr.clip_eps)
+                loss, clipfrac = agg_loss(terms, o.mask, n_s)  # per seed, within its slice
                 if tr.entropy_coef:
                     loss = loss - tr.entropy_coef * _seed_mean(seeds(new.entropy), seeds(o.mask))
                 self.opt.zero_grad()
@@ -422,7 +425,8 @@ class PackTrainer:
 
 
 class LocalTrainer(PackTrainer):
-    """One run: a pack of one seed, with the single-run API that ``harness.run`` uses."""
+    """One run: a pack of one seed, with a single-run API (``run_step``, ``state_dict``) for scripts, benchmarks
+    and tests; the run loop (``run.py``) drives every trainer as a pack."""
 
     def __init__(self, cfg: RunConfig, device: torch.device):
         super().__init__([cfg], device)
@@ -437,5 +441,6 @@ class LocalTrainer(PackTrainer):
     def load_state_dict(self, state: dict) -> None:
         self.load_seed_state(0, state)
 
-    def run_step(self) -> dict[str, float]:  # type: ignore[override]
-        return super().run_step()[0]
+    def run_step(self) -> dict[str, float]:
+        """One step of the run: its metrics."""
+        return self.step_seeds()[0]

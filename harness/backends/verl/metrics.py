@@ -30,7 +30,8 @@ timing_s/step                       time/step_s                      always
 Not mapped, because verl's quantity differs from the catalogue's definition: ``actor/pg_clipfrac``
 (share of tokens where the clip *binds*, not where |r-1| > eps), ``actor/ppo_kl`` (a k1, not a k3,
 estimate), sequence-level ``rollout_is_max`` (the untruncated ratio). Not computed by verl:
-``reward/std``, ``moe/*``, ``noise/var_rollout``; bypass estimators (rollout, deterministic,
+``reward/std``, ``moe/*`` (``moe/routing_flip_rate`` is ours with ``verl.routing_metrics``: routing.py and
+plugins/routing.py), ``noise/var_rollout``; bypass estimators (rollout, deterministic,
 mean_n) have no ``rollout_corr/*`` since verl skips the training forward for them.
 
 The "when" column follows each estimator's declaration (``harness.estimators``): decoupled = not

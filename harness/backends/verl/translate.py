@@ -28,6 +28,7 @@ from typing import Any
 
 from harness import estimators, tasks
 from harness.backends.verl.config import TOOL_FILES, estimator_mapping
+from harness.backends.verl.routing import ROUTING_ENV
 from harness.uri import ROOT
 from harness.spec import RunConfig
 from harness.overrides import hydra_value
@@ -40,6 +41,10 @@ TOOL_AGENT_LOOP = "tool_agent"  # verl's multi-turn loop (experimental/agent_loo
 ENTRYPOINT = ("-m", "verl.trainer.main_ppo")
 REWARD_FILE = Path(__file__).with_name("reward.py")
 CHECKPOINT_DIR = "verl_checkpoints"
+#: Megatron's router precision for MoE models (``override_transformer_config``), as verl's own Qwen3-30B-A3B recipe
+#: sets it (examples/grpo_trainer/run_qwen3moe-30b_megatron_96gb.sh); FSDP has no per-module counterpart
+#: (its ``mixed_precision`` applies to every parameter): docs/verl.md, "The router's precision"
+MOE_ROUTER_DTYPE = ("moe_router_dtype", "fp32")
 
 
 def checkpoint_root(cfg: RunConfig) -> Path:
@@ -126,43 +131,51 @@ def environment(cfg: RunConfig) -> dict[str, str]:
     """Environment of the driver (``main_ppo``); the same reaches every Ray worker via runtime_env."""
     # an http store's credentials: in MLFLOW_TRACKING_USERNAME/PASSWORD of this process, inherited (harness.uri)
     env = {"VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE, "MLFLOW_TRACKING_URI": mlflow_uri(cfg.tracking_uri)}
+    if cfg.verl.routing_metrics:  # plugins/routing.py wraps the trainer's old-log-prob pass
+        env[ROUTING_ENV] = "1"
     mapping = estimator_mapping(cfg)
     if mapping.env is not None:
         env.update(mapping.env(_params(cfg)))
     return env
 
 
-def overrides(cfg: RunConfig, commit: str | None = None, env: dict[str, str] | None = None) -> list[str]:
-    """The override list for ``python -m verl.trainer.main_ppo``."""
-    e, m, t, i, tr, v = cfg.estimator, cfg.model, cfg.task, cfg.inference, cfg.trainer, cfg.verl
-    p, d = v.parallel, v.data
-    megatron = v.strategy == "megatron"
-    mapping, needs = estimator_mapping(cfg), estimators.get(e.name).needs
+A, R = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
+Items = list[tuple[str, Any]]
+
+
+def _algorithm(cfg: RunConfig) -> Items:
+    """GRPO, no KL (the harness's loss has none), the estimator's rollout correction."""
+    out: Items = [("algorithm.adv_estimator", "grpo"), ("algorithm.norm_adv_by_std_in_grpo", True),
+                  ("algorithm.use_kl_in_reward", False)]
+    return out + [(f"algorithm.rollout_correction.{k}", val) for k, val in rollout_correction(cfg).items()]
+
+
+def _data(cfg: RunConfig) -> Items:
+    """The parquet files, batch and lengths, the data seed and the chat template's arguments."""
+    d, tr = cfg.verl.data, cfg.trainer
     train_files, val_files = data_files(cfg)
-    A, R = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
-    out: list[tuple[str, Any]] = []
+    out: Items = [("data.train_files", train_files), ("data.val_files", val_files),
+                  ("data.train_batch_size", tr.prompts_per_step), ("data.max_prompt_length", d.max_prompt_length),
+                  ("data.max_response_length", d.max_response_length), ("data.filter_overlong_prompts", True),
+                  ("data.truncation", "error"), ("data.seed", cfg.seed)]
+    return out + [(f"++data.apply_chat_template_kwargs.{k}", val) for k, val in cfg.verl.chat_template_kwargs.items()]
 
-    # algorithm: GRPO, no KL (the harness's loss has none), the estimator's rollout correction
-    out += [("algorithm.adv_estimator", "grpo"), ("algorithm.norm_adv_by_std_in_grpo", True),
-            ("algorithm.use_kl_in_reward", False)]
-    out += [(f"algorithm.rollout_correction.{k}", val) for k, val in rollout_correction(cfg).items()]
 
-    # data
-    out += [("data.train_files", train_files), ("data.val_files", val_files),
-            ("data.train_batch_size", tr.prompts_per_step), ("data.max_prompt_length", d.max_prompt_length),
-            ("data.max_response_length", d.max_response_length), ("data.filter_overlong_prompts", True),
-            ("data.truncation", "error"), ("data.seed", cfg.seed)]
-    out += [(f"++data.apply_chat_template_kwargs.{k}", val) for k, val in v.chat_template_kwargs.items()]
-
-    # model
-    # (enable_gradient_checkpointing is read by the FSDP engine only; megatron's recompute is below)
-    out += [("actor_rollout_ref.model.path", m.path), ("actor_rollout_ref.model.use_remove_padding", p.use_remove_padding),
+def _model(cfg: RunConfig) -> Items:
+    """The checkpoint; ``enable_gradient_checkpointing`` is read by the FSDP engine only (megatron's recompute is
+    in ``_megatron``)."""
+    p, megatron = cfg.verl.parallel, cfg.verl.strategy == "megatron"
+    return [("actor_rollout_ref.model.path", cfg.model.path),
+            ("actor_rollout_ref.model.use_remove_padding", p.use_remove_padding),
             ("actor_rollout_ref.model.enable_gradient_checkpointing", p.gradient_checkpointing and not megatron)]
 
-    # actor (training engine) and its PPO loss
+
+def _actor(cfg: RunConfig) -> Items:
+    """The actor (training engine): its batch sizes, PPO loss, optimizer and seed."""
+    tr, v, p = cfg.trainer, cfg.verl, cfg.verl.parallel
     bsz = [(f"{A}.ppo_micro_batch_size_per_gpu", p.micro_batch_per_gpu), (f"{A}.use_dynamic_bsz", p.use_dynamic_bsz),
            (f"{A}.ppo_max_token_len_per_gpu", p.max_token_len_per_gpu)]
-    out += [(f"{A}.ppo_mini_batch_size", tr.prompts_per_step // tr.num_minibatches), *bsz,
+    return [(f"{A}.ppo_mini_batch_size", tr.prompts_per_step // tr.num_minibatches), *bsz,
             (f"{A}.ppo_epochs", tr.ppo_epochs), (f"{A}.clip_ratio", tr.clip_eps),
             (f"{A}.clip_ratio_low", tr.clip_eps), (f"{A}.clip_ratio_high", tr.clip_eps),
             (f"{A}.clip_ratio_c", float(v.dual_clip_c) if v.dual_clip_c is not None else 1.0e30),
@@ -170,57 +183,94 @@ def overrides(cfg: RunConfig, commit: str | None = None, env: dict[str, str] | N
             (f"{A}.use_kl_loss", False), (f"{A}.optim.lr", tr.lr), (f"{A}.optim.weight_decay", tr.weight_decay),
             (f"{A}.optim.clip_grad", float(tr.max_grad_norm) if tr.max_grad_norm is not None else math.inf),
             (f"{A}.data_loader_seed", cfg.seed),
-            (f"{A}.policy_loss.loss_mode", mapping.loss_mode)]
-    if megatron:
-        M = f"{A}.megatron"
-        out += [(f"{M}.tensor_model_parallel_size", p.tp), (f"{M}.pipeline_model_parallel_size", p.pp),
-                (f"{M}.context_parallel_size", p.cp), (f"{M}.expert_model_parallel_size", p.ep),
-                (f"{M}.expert_tensor_parallel_size", p.etp), (f"{M}.param_offload", p.param_offload),
-                (f"{M}.optimizer_offload", p.optimizer_offload), (f"{M}.seed", cfg.seed),
-                (f"{M}.router_replay.mode", "R3" if needs.replay else "disabled")]
-        T = f"{M}.override_transformer_config"
-        if p.recompute == "full":
-            out += [(f"{T}.recompute_granularity", "full"), (f"{T}.recompute_method", "uniform"),
-                    (f"{T}.recompute_num_layers", p.recompute_num_layers)]
-        elif p.recompute == "selective":
-            out += [(f"{T}.recompute_granularity", "selective")]
-        if p.cpu_adam:  # Megatron's HybridDeviceOptimizer: Adam states and step on the CPU
-            O = f"+{A}.optim.override_optimizer_config"
-            out += [(f"{O}.optimizer_cpu_offload", True), (f"{O}.optimizer_offload_fraction", 1.0),
-                    (f"{O}.overlap_cpu_optimizer_d2h_h2d", True), (f"{O}.use_precision_aware_optimizer", True)]
-    else:
-        F = f"{A}.fsdp_config"
-        out += [(f"{A}.strategy", v.strategy), (f"{F}.param_offload", p.param_offload),
-                (f"{F}.optimizer_offload", p.optimizer_offload), (f"{F}.offload_policy", p.cpu_adam),
-                (f"{F}.seed", cfg.seed)]
+            (f"{A}.policy_loss.loss_mode", estimator_mapping(cfg).loss_mode)]
 
-    # rollout (vLLM): sampler, log-prob semantics, determinism, routing capture
+
+def router_replay_mode(cfg: RunConfig) -> str:
+    """Megatron's ``router_replay.mode``: R3 (replay the rollout's routing) for an estimator that needs it, R2
+    (record the training routes in the old-log-prob pass, replay them in the update) with ``verl.routing_metrics``,
+    else disabled."""
+    if estimators.get(cfg.estimator.name).needs.replay:
+        return "R3"
+    return "R2" if cfg.verl.routing_metrics else "disabled"
+
+
+def _megatron(cfg: RunConfig) -> Items:
+    """Megatron's parallelism, offload, router replay (R3), activation recompute and CPU Adam."""
+    p = cfg.verl.parallel
+    M = f"{A}.megatron"
+    out: Items = [(f"{M}.tensor_model_parallel_size", p.tp), (f"{M}.pipeline_model_parallel_size", p.pp),
+                  (f"{M}.context_parallel_size", p.cp), (f"{M}.expert_model_parallel_size", p.ep),
+                  (f"{M}.expert_tensor_parallel_size", p.etp), (f"{M}.param_offload", p.param_offload),
+                  (f"{M}.optimizer_offload", p.optimizer_offload), (f"{M}.seed", cfg.seed),
+                  (f"{M}.router_replay.mode", router_replay_mode(cfg))]
+    T = f"{M}.override_transformer_config"
+    if cfg.model.kind == "moe":  # the router in fp32 (not in verl's yaml: added), as verl's own Qwen3-30B-A3B recipe
+        out += [(f"+{T}.{MOE_ROUTER_DTYPE[0]}", MOE_ROUTER_DTYPE[1])]
+    if p.recompute == "full":
+        out += [(f"{T}.recompute_granularity", "full"), (f"{T}.recompute_method", "uniform"),
+                (f"{T}.recompute_num_layers", p.recompute_num_layers)]
+    elif p.recompute == "selective":
+        out += [(f"{T}.recompute_granularity", "selective")]
+    if p.cpu_adam:  # Megatron's HybridDeviceOptimizer: Adam states and step on the CPU
+        O = f"+{A}.optim.override_optimizer_config"
+        out += [(f"{O}.optimizer_cpu_offload", True), (f"{O}.optimizer_offload_fraction", 1.0),
+                (f"{O}.overlap_cpu_optimizer_d2h_h2d", True), (f"{O}.use_precision_aware_optimizer", True)]
+    return out
+
+
+def _fsdp(cfg: RunConfig) -> Items:
+    """FSDP's strategy (fsdp | fsdp2), offload (``offload_policy``: FSDP2's CPU Adam) and seed."""
+    v, p = cfg.verl, cfg.verl.parallel
+    F = f"{A}.fsdp_config"
+    return [(f"{A}.strategy", v.strategy), (f"{F}.param_offload", p.param_offload),
+            (f"{F}.optimizer_offload", p.optimizer_offload), (f"{F}.offload_policy", p.cpu_adam),
+            (f"{F}.seed", cfg.seed)]
+
+
+def _engine(cfg: RunConfig) -> Items:
+    """The training engine's section: ``_megatron`` or ``_fsdp``."""
+    return _megatron(cfg) if cfg.verl.strategy == "megatron" else _fsdp(cfg)
+
+
+def _rollout(cfg: RunConfig) -> Items:
+    """vLLM: sampler, log-prob semantics, determinism, routing capture, agent loop, multi-turn tools."""
+    i, tr, v, p = cfg.inference, cfg.trainer, cfg.verl, cfg.verl.parallel
+    needs = estimators.get(cfg.estimator.name).needs
     deterministic = i.deterministic or needs.deterministic
-    out += [(f"{R}.name", v.rollout), (f"{R}.n", tr.group_size), (f"{R}.temperature", i.temperature),
-            (f"{R}.top_k", i.top_k if i.top_k > 0 else -1), (f"{R}.top_p", i.top_p),
-            (f"{R}.logprobs_mode", "processed_logprobs" if i.logprobs_mode == "processed" else "raw_logprobs"),
-            (f"{R}.calculate_log_probs", True), (f"{R}.dtype", i.dtype),
-            (f"{R}.tensor_model_parallel_size", p.rollout_tp), (f"{R}.expert_parallel_size", p.rollout_ep),
-            (f"{R}.gpu_memory_utilization", p.gpu_memory_utilization),
-            (f"{R}.log_prob_micro_batch_size_per_gpu", p.micro_batch_per_gpu),
-            (f"{R}.full_determinism", deterministic), (f"{R}.seed", cfg.seed),
-            (f"{R}.enable_rollout_routing_replay", needs.replay),
-            (f"{R}.agent.default_agent_loop", agent_loop(cfg))]
-    out += multi_turn(cfg)
+    out: Items = [(f"{R}.name", v.rollout), (f"{R}.n", tr.group_size), (f"{R}.temperature", i.temperature),
+                  (f"{R}.top_k", i.top_k if i.top_k > 0 else -1), (f"{R}.top_p", i.top_p),
+                  (f"{R}.logprobs_mode", "processed_logprobs" if i.logprobs_mode == "processed" else "raw_logprobs"),
+                  (f"{R}.calculate_log_probs", True), (f"{R}.dtype", i.dtype),
+                  (f"{R}.tensor_model_parallel_size", p.rollout_tp), (f"{R}.expert_parallel_size", p.rollout_ep),
+                  (f"{R}.gpu_memory_utilization", p.gpu_memory_utilization),
+                  (f"{R}.log_prob_micro_batch_size_per_gpu", p.micro_batch_per_gpu),
+                  (f"{R}.full_determinism", deterministic), (f"{R}.seed", cfg.seed),
+                  (f"{R}.enable_rollout_routing_replay", needs.replay or v.routing_metrics),
+                  (f"{R}.agent.default_agent_loop", agent_loop(cfg))]
+    return out + multi_turn(cfg)
 
-    # reward: ours for tasks with a text reward (the generated ones), else verl's rule reward by data_source (gsm8k)
-    task = tasks.get(t.name)
+
+def _reward(cfg: RunConfig) -> Items:
+    """Ours for tasks with a text reward (the generated ones) or ``verl.data.reward``, else none: verl's rule
+    reward by data_source (gsm8k)."""
+    d, t = cfg.verl.data, cfg.task
     if d.reward is not None:
         path, _, fn = d.reward.partition(":")
         path = str(Path(path) if Path(path).is_absolute() else ROOT / path)
-        out += [("reward.custom_reward_function.path", path), ("reward.custom_reward_function.name", fn)]
-    elif task.text_reward is not None:
-        out += [("reward.custom_reward_function.path", str(REWARD_FILE)),
+        return [("reward.custom_reward_function.path", path), ("reward.custom_reward_function.name", fn)]
+    if tasks.get(t.name).text_reward is not None:
+        return [("reward.custom_reward_function.path", str(REWARD_FILE)),
                 ("reward.custom_reward_function.name", "compute_score"),
                 ("+reward.custom_reward_function.reward_kwargs.mode", t.reward)]
+    return []
 
-    # trainer: cluster shape, steps, checkpoints (resume_mode=auto: a requeued job resumes), tracking
-    out += [("trainer.use_v1", v.trainer != "legacy"), ("trainer.logger", ["console", "mlflow"]), ("trainer.project_name", cfg.tracking.experiment),
+
+def _trainer(cfg: RunConfig) -> Items:
+    """Cluster shape, steps, checkpoints (resume_mode=auto: a requeued job resumes), validation, tracking."""
+    v, tr = cfg.verl, cfg.trainer
+    return [("trainer.use_v1", v.trainer != "legacy"), ("trainer.logger", ["console", "mlflow"]),
+            ("trainer.project_name", cfg.tracking.experiment),
             ("trainer.experiment_name", run_name(cfg)), ("trainer.nnodes", v.nnodes),
             ("trainer.n_gpus_per_node", v.gpus_per_node), ("trainer.total_training_steps", tr.steps),
             ("trainer.total_epochs", 100000), ("trainer.critic_warmup", 0),
@@ -229,19 +279,34 @@ def overrides(cfg: RunConfig, commit: str | None = None, env: dict[str, str] | N
             ("trainer.default_local_dir", str(checkpoint_root(cfg))),
             ("trainer.test_freq", v.val_every if v.val_every > 0 else -1), ("trainer.val_before_train", v.val_every > 0)]
 
-    # our block (read by the plugins: MLflow tags, mean_n's n) and the workers' environment
-    out += [("+harness.estimator", e.name), ("+harness.signature", cfg.signature),
-            ("+harness.exact_reward", "partial" not in task.rewards or t.reward == "exact")]
+
+def _harness(cfg: RunConfig, commit: str | None, env: dict[str, str] | None) -> Items:
+    """Our block (read by the plugins: MLflow tags, mean_n's n) and the workers' environment (Ray runtime_env)."""
+    e, t, mapping = cfg.estimator, cfg.task, estimator_mapping(cfg)
+    exact = "partial" not in tasks.get(t.name).rewards or t.reward == "exact"
+    out: Items = [("+harness.estimator", e.name), ("+harness.signature", cfg.signature),
+                  ("+harness.exact_reward", exact)]
     if mapping.harness is not None:
         out += [(f"+harness.{k}", val) for k, val in mapping.harness(_params(cfg)).items()]
     out += [(f"+harness.tags.{k}", val) for k, val in tag_values(cfg, commit).items()]
     for k, val in sorted((env if env is not None else environment(cfg)).items()):
         out.append((f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}", str(val)))
+    return out
 
-    items = _kv(out)
-    if megatron:
+
+#: the sections of the override list, in its order (then ``_harness``, the model_engine switch and extra_overrides)
+SECTIONS = (_algorithm, _data, _model, _actor, _engine, _rollout, _reward, _trainer)
+
+
+def overrides(cfg: RunConfig, commit: str | None = None, env: dict[str, str] | None = None) -> list[str]:
+    """The override list for ``python -m verl.trainer.main_ppo``: every section of ``SECTIONS`` in order, our
+    ``+harness`` block, ``model_engine=megatron`` first on megatron, ``verl.extra_overrides`` last."""
+    estimator_mapping(cfg)  # refuse an unmapped estimator before anything else
+    out: Items = [item for section in SECTIONS for item in section(cfg)]
+    items = _kv(out + _harness(cfg, commit, env))
+    if cfg.verl.strategy == "megatron":
         items.insert(0, "model_engine=megatron")
-    return items + list(v.extra_overrides)
+    return items + list(cfg.verl.extra_overrides)
 
 
 def command(cfg: RunConfig, commit: str | None = None, python: str | None = None,

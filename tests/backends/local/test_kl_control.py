@@ -107,7 +107,7 @@ def test_a_held_seed_trains_identically_alone_in_a_pack_and_after_a_resume():
     spec = [*SMALL, "inference.router_noise_sigma=0.3", "inference.kl_target=0.003"]
     cfgs = [load([*spec, f"seed={s}"]) for s in (0, 1, 2)]
     pack = PackTrainer(cfgs, torch.device("cpu"))
-    packed = [[_strip(d) for d in pack.run_step()] for _ in range(4)]
+    packed = [[_strip(d) for d in pack.step_seeds()] for _ in range(4)]
     alone = LocalTrainer(cfgs[1], torch.device("cpu"))
     single = [_strip(alone.run_step()) for _ in range(4)]
     assert [p[1] for p in packed] == single  # bitwise

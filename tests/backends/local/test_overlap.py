@@ -262,7 +262,7 @@ def test_overlap_is_refused_where_it_cannot_run(tiny_overrides):
     from types import SimpleNamespace
 
     from harness.backends import get
-    from harness.backends.local.pack import execute_pack
+    from harness.backends.local.run import execute_pack
 
     cfgs = [load(tiny_overrides("trainer.overlap=true", f"seed={s}", name=f"p{s}")) for s in (0, 1)]
     with pytest.raises(ConfigError, match="seeds_per_job") as exc:

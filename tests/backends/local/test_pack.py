@@ -10,7 +10,7 @@ TIMES = ("time/", "tokens/")
 
 
 def _curves(trainer, steps):
-    return [[{k: v for k, v in d.items() if not k.startswith(TIMES)} for d in PackTrainer.run_step(trainer)] for _ in range(steps)]
+    return [[{k: v for k, v in d.items() if not k.startswith(TIMES)} for d in trainer.step_seeds()] for _ in range(steps)]
 
 
 @pytest.mark.parametrize("spec", [["estimator=tis"], ["estimator=mean_n", "estimator.n=3"],
@@ -37,7 +37,7 @@ def test_a_seed_resumes_from_its_own_state_inside_another_pack():
     straight = PackTrainer(cfgs, torch.device("cpu"))
     curve = _curves(straight, 3)
     first = PackTrainer(cfgs, torch.device("cpu"))
-    first.run_step()
+    first.step_seeds()
     state = first.seed_state(1)
     resumed = LocalTrainer(cfgs[1], torch.device("cpu"))  # seed 1 alone, from its pack checkpoint
     resumed.load_state_dict(state)
@@ -53,7 +53,7 @@ def test_a_pack_refuses_different_specs():
 def test_execute_pack_logs_each_seed_as_an_ordinary_run_with_the_curve_of_the_seed_alone(tiny_overrides):
     from mlflow.tracking import MlflowClient
 
-    from harness.backends.local.pack import execute_pack
+    from harness.backends.local.run import execute_pack
     from harness.run import execute
 
     cfgs = [load(tiny_overrides(f"seed={s}", "trainer.checkpoint_every=2", steps=4, name=f"p{s}")) for s in (0, 1)]
@@ -77,14 +77,14 @@ def test_execute_pack_logs_each_seed_as_an_ordinary_run_with_the_curve_of_the_se
 def test_an_interrupted_pack_resumes_each_seed_into_its_own_run_with_each_step_once(tiny_overrides, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    from harness.backends.local.pack import execute_pack
+    from harness.backends.local.run import execute_pack
 
     def cfgs(tag):
         return [load(tiny_overrides(f"seed={s}", "trainer.checkpoint_every=2", f"tracking.experiment={tag}", steps=5,
                                     name=f"{tag}{s}")) for s in (0, 1)]
 
     straight = execute_pack(cfgs("straight"))
-    real_step = PackTrainer.run_step
+    real_step = PackTrainer.step_seeds
 
     class Preempted(Exception):
         pass
@@ -94,10 +94,10 @@ def test_an_interrupted_pack_resumes_each_seed_into_its_own_run_with_each_step_o
             raise Preempted
         return real_step(self)
 
-    monkeypatch.setattr(PackTrainer, "run_step", step_then_fail)
+    monkeypatch.setattr(PackTrainer, "step_seeds", step_then_fail)
     with pytest.raises(Preempted):
         execute_pack(cfgs("cut"))
-    monkeypatch.setattr(PackTrainer, "run_step", real_step)
+    monkeypatch.setattr(PackTrainer, "step_seeds", real_step)
     first_ids = [torch.load(c.run_dir / "checkpoint.pt", weights_only=True)["run_id"] for c in cfgs("cut")]
     resumed = execute_pack(cfgs("cut"))
     client = MlflowClient(cfgs("cut")[0].tracking_uri)
@@ -117,7 +117,7 @@ def test_a_pack_stops_before_training_when_one_seeds_run_is_in_progress_and_lets
 
     from mlflow.tracking import MlflowClient
 
-    from harness.backends.local.pack import execute_pack
+    from harness.backends.local.run import execute_pack
     from harness.runlock import RunInProgress, RunLock
 
     cfgs = [load(tiny_overrides(f"seed={s}", steps=2, name=f"busy{s}")) for s in (0, 1)]

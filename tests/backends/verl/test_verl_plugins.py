@@ -14,6 +14,7 @@ import os
 import pytest
 import torch
 
+from harness.backends.local.agg import agg_loss
 from harness.backends.local.trainer import ppo_loss as local_ppo_loss
 from harness.estimators.mean_n import log_mean_prob
 from harness.estimators import rais
@@ -103,7 +104,8 @@ def test_gmpo_rs_loss_in_verl_equals_local_backend(spec, monkeypatch):
 
     est = build(cfg.estimator)
     old = OldPolicy(logp_old, torch.ones_like(mask), mask, router_logp=router_old, selected=topk)
-    want, _ = est.loss(logp_new, old, PolicyForward(logp_new, router_logp=router_new), adv[:, :1], 1, 0.2)
+    want, _ = agg_loss(est.loss(logp_new, old, PolicyForward(logp_new, router_logp=router_new), adv[:, :1], 0.2),
+                       old.mask, 1)
     loss, metrics = loss_fn(old_log_prob=logp_old, log_prob=logp_new, advantages=adv, response_mask=mask.bool(),
                             loss_agg_mode=actor.loss_agg_mode, config=actor, router_shift_gamma=gamma,
                             gamma_min=0.8, log_clip=0.3)

@@ -347,3 +347,24 @@ def test_megatron_recompute_and_cpu_adam_reach_verls_engine_config(spec):
                                check=False)
     assert vc.actor_rollout_ref.model.enable_gradient_checkpointing is True
     assert vc.actor_rollout_ref.actor.fsdp_config.offload_policy is True
+
+
+def test_moe_router_runs_in_fp32_on_megatron_as_verls_own_recipe(spec):
+    """MoE on megatron: override_transformer_config.moe_router_dtype=fp32 (verl's Qwen3-30B-A3B recipe), composed
+    with verl's config and validated, reaching the actor's engine dataclass and the reference (oc.select); a dense
+    model on megatron and any model on FSDP get no such key (FSDP has no per-module router precision)."""
+    from verl.utils.config import omega_conf_to_dataclass
+
+    vc = translate.verl_config(spec("estimator=tis", MOE))  # composed and through verl's validate_config
+    a = vc.actor_rollout_ref.actor
+    assert a.megatron.override_transformer_config.moe_router_dtype == "fp32"
+    assert omega_conf_to_dataclass(a.megatron).override_transformer_config["moe_router_dtype"] == "fp32"
+    assert vc.actor_rollout_ref.ref.megatron.override_transformer_config.moe_router_dtype == "fp32"
+    dense = translate.verl_config(spec("estimator=tis", DENSE, "verl.strategy=megatron"), check=False)
+    assert "moe_router_dtype" not in dense.actor_rollout_ref.actor.megatron.override_transformer_config
+    fsdp = translate.overrides(spec("estimator=mis", MOE_FSDP))
+    assert not [o for o in fsdp if "router_dtype" in o]
+    # a raw override can still set another precision (the key exists once added)
+    vc = translate.verl_config(spec("estimator=tis", MOE, "verl.extra_overrides=['actor_rollout_ref.actor.megatron."
+                                    "override_transformer_config.moe_router_dtype=fp64']"), check=False)
+    assert vc.actor_rollout_ref.actor.megatron.override_transformer_config.moe_router_dtype == "fp64"

@@ -11,13 +11,17 @@ gets, by importing this package:
 * ``gmpo_rs``  - the policy loss ``harness_gmpo_rs`` (verl's GMPO ``geo_mean`` on the router-shifted ratio)
 * ``rais_fsdp`` - the FSDP engine patch that feeds both router log-probs (installed only with HARNESS_RAIS=1)
 * ``tracking`` - our MLflow tags, the harness metric names beside verl's, no step logged twice
+* ``routing`` - ``moe/routing_flip_rate`` around the trainer's old-log-prob pass (installed only with
+  HARNESS_ROUTING_METRICS=1: ``verl.routing_metrics``)
 
 Each piece only acts when the run's verl config carries our ``harness`` block (translate.py),
 so a plain verl run in the same environment is unaffected.
 """
 from harness.backends.verl.plugins import (deterministic, gmpo_rs, mean_n, mean_n_tool, rais, rais_fsdp,  # noqa: F401
-                                          tracking)  # (registration)
+                                          routing, tracking)  # (registration)
 
 tracking.install()
 if rais_fsdp.active():  # rais runs only: imports verl's engines (slow) and patches the FSDP engine
     rais_fsdp.install()
+if routing.active():  # verl.routing_metrics runs only: imports verl's trainer (slow) and wraps its old-log-prob pass
+    routing.install()

@@ -9,13 +9,15 @@ block:
 * ``__init__``: sets the run's tags (``harness.tags``: estimator, n, clip_c, seed, backend, model,
   task, spec_sig, git_commit) and reads the last step already in the run;
 * ``log``: drops steps already logged (a job resumed from an older checkpoint replays them) and adds
-  the harness names of ``harness.backends.verl.metrics`` beside verl's.
+  the harness names of ``harness.backends.verl.metrics`` beside verl's, and the step's routing metrics
+  (``plugins/routing.py``, with ``verl.routing_metrics``).
 """
 from __future__ import annotations
 
 from typing import Any
 
 from harness.backends.verl.metrics import STEP_KEY, map_metrics
+from harness.backends.verl.plugins import routing
 
 
 def last_logged_step(run_id: str) -> int:
@@ -23,6 +25,15 @@ def last_logged_step(run_id: str) -> int:
 
     hist = MlflowClient().get_metric_history(run_id, STEP_KEY)
     return max((m.step for m in hist), default=-1)
+
+
+def harness_metrics(data: dict[str, Any], h: dict[str, Any]) -> dict[str, float]:
+    """Our names for one step of verl's metrics (``map_metrics``, by the run's ``harness`` block ``h``) and the
+    routing metrics the routing plugin computed during the step (``routing.take_pending``)."""
+    tags = h.get("tags") or {}
+    level = tags.get("level") if tags.get("level") not in (None, "na") else None
+    extra = map_metrics(data, h.get("estimator", ""), level, bool(h.get("exact_reward", False)))
+    return {**extra, **routing.take_pending()}
 
 
 def install() -> None:
@@ -51,10 +62,7 @@ def install() -> None:
             return orig_log(self, data, step, backend)
         if step <= self._harness_skip_until:
             return None  # already in the MLflow run (resumed from an older checkpoint)
-        tags = h.get("tags") or {}
-        level = tags.get("level") if tags.get("level") not in (None, "na") else None
-        extra = map_metrics(data, h.get("estimator", ""), level, bool(h.get("exact_reward", False)))
-        return orig_log(self, {**data, **extra}, step, backend)
+        return orig_log(self, {**data, **harness_metrics(data, h)}, step, backend)
 
     T.Tracking.__init__ = __init__
     T.Tracking.log = log
