@@ -27,8 +27,9 @@ for cuda/npu only) and initialised for real (HF ``from_pretrained`` of a random 
 
 On CPU (``--device cpu``, a gloo group; ``tests/scripts/test_gpu_engine_check.py``) what verl cannot do there is
 replaced, named: verl's device lookups answer "cpu" and its GPU-memory logging is a no-op (verl has no CPU
-platform). Without ``ray`` installed (the GPU machine's case: its wheel is 79 MB) a stub module stands in for
-verl's import-time ``import ray`` (``--stub-ray`` forces it); nothing here calls Ray.
+platform). Where ``ray``, ``fastapi`` or ``uvicorn`` is missing (the GPU machine's case: ray's wheel alone is 79 MB) a
+stub module stands in for verl's import-time imports of them (``--stub-ray`` stubs all three); nothing here calls
+them: they serve verl's Ray single controller and its rollout servers.
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ import argparse
 import contextlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import json
 import os
 import sys
@@ -63,9 +65,9 @@ SPEC = ["backend=verl", "model=qwen3_30b_a3b_fsdp", "verl.experimental_rais=true
         "trainer.prompts_per_step=2", "trainer.group_size=2", "trainer.num_minibatches=2", "trainer.lr=1e-4"]  # (the engine's AdamW uses LR)
 
 
-# ---------------------------------------------------------------- environment: ray stub, CPU stand-ins
+# ---------------------------------------------------------------- environment: stubs, CPU stand-ins
 class _Anything:
-    """What the ray stub hands out: callable, usable as a decorator or a base class, any attribute."""
+    """What a stub module hands out: callable, usable as a decorator or a base class, any attribute."""
 
     def __init__(self, *args, **kwargs):
         pass
@@ -82,11 +84,14 @@ class _Anything:
         return (object,)
 
 
-class _RayStub(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """``ray`` and ``ray.*`` as empty modules whose every attribute is an ``_Anything``."""
+class _Stub(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """The named top-level modules and their submodules as empty modules whose every attribute is an ``_Anything``."""
+
+    def __init__(self, names):
+        self.names = set(names)
 
     def find_spec(self, name, path=None, target=None):
-        if name == "ray" or name.startswith("ray."):
+        if name.split(".")[0] in self.names:
             return importlib.machinery.ModuleSpec(name, self, is_package=True)
         return None
 
@@ -102,18 +107,23 @@ class _RayStub(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
-def install_ray_stub(force: bool) -> bool:
-    """Put the stub in front of ``ray`` when ray is missing (or ``force``); True if the stub is in use."""
-    if not force:
-        try:
-            import ray  # noqa: F401
-            return False
-        except ImportError:
-            pass
-    for name in [n for n in sys.modules if n == "ray" or n.startswith("ray.")]:
-        del sys.modules[name]
-    sys.meta_path.insert(0, _RayStub())
-    return True
+#: imported by verl at import time, never called here: Ray (the single controller, 79 MB wheel) and the rollout
+#: servers' web stack (verl.workers.rollout, imported by verl.workers.engine_workers)
+STUBBED = ("ray", "fastapi", "uvicorn")
+
+
+def install_stubs(force: bool) -> list[str]:
+    """Stubs in front of those of ``STUBBED`` that are missing (all of them with ``force``); the stubbed names."""
+    names = []
+    for name in STUBBED:
+        if not force and importlib.util.find_spec(name) is not None:
+            continue
+        names.append(name)
+        for mod in [n for n in sys.modules if n.split(".")[0] == name]:
+            del sys.modules[mod]
+    if names:
+        sys.meta_path.insert(0, _Stub(names))
+    return names
 
 
 class _CpuDevice:
@@ -517,10 +527,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="write the results as JSON here")
     ap.add_argument("--work", help="folder for the tiny checkpoint and verl's checkpoint (default: a temp dir)")
     ap.add_argument("--checks", help=f"comma-separated subset of {','.join(n for n, _ in CHECKS)}")
-    ap.add_argument("--stub-ray", action="store_true", help="use the ray stub even where ray is installed")
+    ap.add_argument("--stub-ray", action="store_true",
+                    help=f"stub {', '.join(STUBBED)} even where installed (as on a GPU machine without them)")
     args = ap.parse_args(argv)
     warnings.filterwarnings("ignore")
-    stub = install_ray_stub(args.stub_ray)
+    stubbed = install_stubs(args.stub_ray)
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -531,16 +542,15 @@ def main(argv: list[str] | None = None) -> int:
         import verl  # noqa: F401  (after the stub)
 
         patched = patch_verl_for_cpu() if device == "cpu" else []
-        ray_mod = sys.modules.get("ray")
-        stub = bool(getattr(ray_mod, "HARNESS_STUB", False)) if ray_mod is not None else stub  # what verl got
-        print(f"# verl {verl.__version__}, torch {torch.__version__}, ray stub: {stub}, CPU stand-ins: {patched}",
+        stubbed = [n for n in stubbed if getattr(sys.modules.get(n), "HARNESS_STUB", True)]  # (not imported: kept)
+        print(f"# verl {verl.__version__}, torch {torch.__version__}, stubbed: {stubbed}, CPU stand-ins: {patched}",
               flush=True)
         results = run(device, work, args.checks.split(",") if args.checks else None)
         import torch.distributed as dist
 
         dist.destroy_process_group()
     if args.out:
-        Path(args.out).write_text(json.dumps({"device": device, "ray_stub": stub, "cpu_stand_ins": patched,
+        Path(args.out).write_text(json.dumps({"device": device, "stubbed": stubbed, "cpu_stand_ins": patched,
                                               "checks": results}, indent=1, default=str))
     failed = [r["check"] for r in results if r["status"] == "FAIL"]
     print(f"# {len(results) - len(failed)}/{len(results)} checks ok" + (f"; FAILED: {failed}" if failed else ""))
