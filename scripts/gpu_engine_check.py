@@ -12,8 +12,9 @@ for cuda/npu only) and initialised for real (HF ``from_pretrained`` of a random 
 
 * ``logprob``    the engine's log-probs (``infer_batch``, eval mode) against a plain HF forward of the same
                  weights, each sequence alone, unpadded: max |diff|
-* ``tis_step``   one training mini-batch of ``estimator=tis`` (verl's vanilla loss with ``rollout_is_weights``):
-                 loss and grad norm finite, grad norm > 0, the weights moved
+* ``tis_step``   ``estimator=tis`` (verl's vanilla loss with ``rollout_is_weights``): on-policy, the loss equals
+                 -sum(A w) / tokens computed here and differs from the loss with w = 1; then one training
+                 mini-batch: loss and grad norm finite, grad norm > 0, the weights moved
 * ``rais_gamma`` ``estimator=rais`` with our FSDP router patch (plugins/rais_fsdp.py): one ``train_mini_batch``
                  of two mini-batches; gamma (``actor/rais_gamma_mean``) is 1 before the first optimizer step,
                  < 1 after it
@@ -172,7 +173,8 @@ def actor_config(estimator: str, model_dir: Path):
     from harness.backends.verl import translate
 
     vc = translate.verl_config(spec(estimator, model_dir), check=False)
-    return omega_conf_to_dataclass(vc.actor_rollout_ref.actor), dict(vc.ray_kwargs.ray_init.runtime_env.env_vars)
+    env = {k: v for k, v in vc.ray_kwargs.ray_init.runtime_env.env_vars.items() if k.startswith("HARNESS_")}
+    return omega_conf_to_dataclass(vc.actor_rollout_ref.actor), env
 
 
 def tiny_model(out: Path) -> Path:
@@ -364,16 +366,40 @@ def _values(x) -> list[float]:
     return [float(x)]
 
 
+def forward_loss(ctx: Ctx, data, actor) -> float:
+    """verl's ppo_loss of the batch at the current weights, forward only (summed over the micro-batches)."""
+    from verl.workers.utils.losses import ppo_loss
+
+    with ctx.engine.eval_mode():
+        out = ctx.engine.infer_batch(data.copy(), loss_function=partial(ppo_loss, config=actor))
+    return sum(_values(out["loss"]))
+
+
 def check_tis_step(ctx: Ctx) -> tuple[bool, dict]:
+    """Before the step, on-policy (ratio 1), verl's token-mean vanilla loss is -sum(A w) / tokens with the TIS weights
+    w, independently computed here, and differs from the loss with w = 1; then one training mini-batch."""
     import math
 
+    import torch
+
+    actor, env = actor_config("tis", ctx.model_dir)
+    data = train_data(ctx, 1)
+    w, adv, mask = data["rollout_is_weights"], data["advantages"], ctx.mask.float()
+    want = float(-(adv * w * mask).sum() / mask.sum())
+    with worker_env(env):
+        loss_w = forward_loss(ctx, data, actor)
+        unweighted = data.copy()
+        unweighted["rollout_is_weights"] = torch.ones_like(w)
+        loss_1 = forward_loss(ctx, unweighted, actor)
     before = full_params(ctx.engine)
     m = train_step(ctx, "tis", num_mini_batch=1)
     after = full_params(ctx.engine)
     moved = max(float((after[n] - before[n]).abs().max()) for n in before)
     loss, gn = _values(m["loss"]), _values(m["grad_norm"])
-    ok = all(math.isfinite(v) for v in loss + gn) and min(gn) > 0 and moved > 0
-    return ok, {"loss_mode": m["_loss_mode"], "loss": loss, "grad_norm": gn, "max_weight_change": moved}
+    weighted = abs(loss_w - want) <= 1e-5 * max(1.0, abs(want)) and abs(loss_w - loss_1) > 1e-4
+    ok = weighted and all(math.isfinite(v) for v in loss + gn) and min(gn) > 0 and moved > 0
+    return ok, {"loss_mode": m["_loss_mode"], "loss_with_is_weights": loss_w, "reference_loss": want,
+                "loss_with_w=1": loss_1, "step_loss": loss, "grad_norm": gn, "max_weight_change": moved}
 
 
 def check_rais_gamma(ctx: Ctx) -> tuple[bool, dict]:
@@ -531,6 +557,8 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"stub {', '.join(STUBBED)} even where installed (as on a GPU machine without them)")
     args = ap.parse_args(argv)
     warnings.filterwarnings("ignore")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local: the checkpoint is written here
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     stubbed = install_stubs(args.stub_ray)
     import torch
 

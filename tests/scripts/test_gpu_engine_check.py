@@ -49,7 +49,10 @@ def test_every_check_passes_on_cpu_under_torchrun(tmp_path):
     assert [r["check"] for r in res["checks"]] == CHECKS
     by = {r["check"]: r for r in res["checks"]}
     assert by["logprob"]["max_abs_diff"] <= 1e-5
-    assert by["tis_step"]["loss_mode"] == "vanilla" and by["tis_step"]["grad_norm"][0] > 0
+    tis = by["tis_step"]
+    assert tis["loss_mode"] == "vanilla" and tis["grad_norm"][0] > 0
+    assert tis["loss_with_is_weights"] == pytest.approx(tis["reference_loss"], rel=1e-5)  # the weights reach the loss
+    assert tis["loss_with_is_weights"] != pytest.approx(tis["loss_with_w=1"], abs=1e-4)
     assert by["rais_gamma"]["before_first_step"] == pytest.approx(1.0, abs=1e-6)
     assert by["rais_gamma"]["after_first_step"] < 1 - 1e-4
     assert by["gmpo_rs_micro"]["max_rel_grad_diff"] <= 1e-5
