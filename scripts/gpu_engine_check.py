@@ -1,6 +1,6 @@
 """verl's FSDP2 engine with the harness's plugins on a tiny random Qwen3-MoE, without vLLM or Ray (issue 30, item 8).
 
-    torchrun --nproc_per_node=1 scripts/gpu_engine_check.py [--device cuda|cpu] [--out results.json]
+    torchrun --standalone --nproc_per_node=1 scripts/gpu_engine_check.py [--device cuda|cpu] [--out results.json]
     make gpu-engine-check
 
 One process, one rank: verl's ``FSDPEngineWithLMHead`` is constructed directly (its engine registry lists it
@@ -8,7 +8,7 @@ for cuda/npu only) and initialised for real (HF ``from_pretrained`` of a random 
 ``fully_shard``, verl's AdamW and LR scheduler, its checkpoint manager); the update runs through verl's
 ``TrainingWorker.train_mini_batch`` (the worker object made without its Ray ``__init__``) with verl's
 ``ppo_loss`` and the policy loss of the harness's translated spec. Each check prints one line
-``CHECK <name>: ok|FAIL|skip (<numbers>)``; the exit status is 1 if any check failed.
+``CHECK <name>: ok|FAIL (<numbers>)`` (none is skipped, on CPU either); the exit status is 1 if any check failed.
 
 * ``logprob``    the engine's log-probs (``infer_batch``, eval mode) against a plain HF forward of the same
                  weights, each sequence alone, unpadded: max |diff|
@@ -21,10 +21,11 @@ for cuda/npu only) and initialised for real (HF ``from_pretrained`` of a random 
 * ``gmpo_rs_micro`` ``estimator=gmpo_rs``: the gradient of one mini-batch in 1 and in 4 micro-batches (verl's
                  ``forward_backward_batch``), max relative difference
 * ``save_reload`` verl's checkpoint manager: save, train a step, load; log-probs after the load bitwise equal
-                 to those at the save
+                 to those at the save, and Adam's state equal
 * ``memory``     peak memory (CUDA: ``max_memory_allocated``; CPU: the process's max RSS) beside
-                 ``harness.backends.verl.memory.plan``'s update peak for the same tiny shape (informative: the
-                 plan's 4 GB overhead dominates at this size; no pass/fail bound)
+                 ``harness.backends.verl.memory.plan``'s update peak for the same tiny shape; passes when the
+                 plan's parameter count is the engine's (the memory numbers are informative: the plan's 4 GB
+                 overhead dominates at this size)
 
 On CPU (``--device cpu``, a gloo group; ``tests/scripts/test_gpu_engine_check.py``) what verl cannot do there is
 replaced, named: verl's device lookups answer "cpu" and its GPU-memory logging is a no-op (verl has no CPU
@@ -63,7 +64,8 @@ SPEC = ["backend=verl", "model=qwen3_30b_a3b_fsdp", "verl.experimental_rais=true
         "verl.parallel.cpu_adam=false", "verl.parallel.gradient_checkpointing=false", "verl.parallel.rollout_tp=1",
         "verl.parallel.use_dynamic_bsz=false", "verl.parallel.micro_batch_per_gpu=1",
         f"verl.data.max_prompt_length={P}", f"verl.data.max_response_length={R}",
-        "trainer.prompts_per_step=2", "trainer.group_size=2", "trainer.num_minibatches=2", "trainer.lr=1e-4"]  # (the engine's AdamW uses LR)
+        "trainer.prompts_per_step=2", "trainer.group_size=2", "trainer.num_minibatches=2",
+        "trainer.lr=1e-4"]  # (the spec's limit for verl; the engine's AdamW here uses LR)
 
 
 # ---------------------------------------------------------------- environment: stubs, CPU stand-ins
@@ -85,6 +87,12 @@ class _Anything:
         return (object,)
 
 
+def _stub_attr(attr: str):
+    if attr.startswith("__"):  # (dunder look-ups, e.g. __file__, must fail as on a real module)
+        raise AttributeError(attr)
+    return _Anything()
+
+
 class _Stub(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """The named top-level modules and their submodules as empty modules whose every attribute is an ``_Anything``."""
 
@@ -99,8 +107,7 @@ class _Stub(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec):
         mod = types.ModuleType(spec.name)
         mod.__path__ = []
-        mod.__getattr__ = lambda attr: _Anything() if not attr.startswith("__") else (_ for _ in ()).throw(
-            AttributeError(attr))
+        mod.__getattr__ = _stub_attr
         mod.HARNESS_STUB = True
         return mod
 
