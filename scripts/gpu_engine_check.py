@@ -472,7 +472,8 @@ def check_save_reload(ctx: Ctx) -> tuple[bool, dict]:
     changed = float((moved - at_save).abs().max())
     equal = torch.equal(reloaded, at_save)
     return equal and opt_equal and changed > 0 and len(opt) > 0, {
-        "bitwise_equal": equal, "optimizer_state_equal": opt_equal, "n_optimizer_tensors": len(opt),
+        "bitwise_equal": equal, "max_abs_diff_after_reload": float((reloaded - at_save).abs().max()),
+        "optimizer_state_equal": opt_equal, "n_optimizer_tensors": len(opt),
         "max_change_by_the_step_in_between": changed, "files": sorted(os.listdir(path))}
 
 
