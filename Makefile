@@ -105,7 +105,8 @@ gpu-engine-check:
 # the wheels it needs on a GPU machine without network (Python 3.12, torch from the machine), into .whl/
 GPU_CHECK_WHEELS := verl==0.9.1 hydra-core==1.3.8 omegaconf==2.3.1 tensordict==0.10.0 pyvers==0.1.0 orjson==3.13.0 \
 	codetiming==1.4.0 datasets==5.2.0 multiprocess==0.70.19 dill==0.4.1 pydantic==2.14.4 pydantic-core==2.50.5 \
-	typing-inspection==0.4.5 annotated-types==0.8.0 cachetools==7.3.3 transformers==5.10.4
+	typing-inspection==0.4.5 annotated-types==0.8.0 cachetools==7.3.3 transformers==5.10.4 tokenizers==0.22.2 \
+	regex==2026.11.19 typing-extensions==4.16.0
 gpu-engine-check-wheels:
 	$(PY) -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
