@@ -1,7 +1,7 @@
 # The two commands of the README. Both install into .venv first (scripts/install.sh).
 PY := .venv/bin/python
 
-.PHONY: install install-test demo test probe bench bench-overlap results calibrated agentic ablation20 clean verl-smoke verl-smoke-multi-turn verl-pass-variance
+.PHONY: install install-test demo test probe bench bench-overlap results calibrated agentic ablation20 clean verl-smoke verl-smoke-multi-turn verl-pass-variance gpu-engine-check gpu-engine-check-wheels
 
 install:
 	bash scripts/install.sh
@@ -96,6 +96,22 @@ MODEL ?= Qwen/Qwen3-30B-A3B
 TP ?= 4
 verl-pass-variance:
 	$(PY) scripts/verl_pass_variance.py --model $(MODEL) --tp $(TP)
+
+# issue 30 item 8: verl's FSDP2 engine with our plugins on a tiny random Qwen3-MoE, one process, no vLLM, no Ray
+# (docs/verl.md, "GPU engine check"); CUDA where available, else CPU (gloo). CHECK_ARGS: e.g. --out check.json
+CHECK_ARGS ?=
+gpu-engine-check:
+	.venv/bin/torchrun --standalone --nproc_per_node=1 scripts/gpu_engine_check.py $(CHECK_ARGS)
+# the wheels it needs on a GPU machine without network (Python 3.12, torch from the machine), into .whl/
+GPU_CHECK_WHEELS := verl==0.9.1 hydra-core==1.3.8 omegaconf==2.3.1 tensordict==0.10.0 pyvers==0.1.0 orjson==3.13.0 \
+	codetiming==1.4.0 datasets==5.2.0 multiprocess==0.70.19 dill==0.4.1 pydantic==2.14.4 pydantic-core==2.50.5 \
+	typing-inspection==0.4.5 annotated-types==0.8.0 cachetools==7.3.3 transformers==5.10.4 tokenizers==0.22.2 \
+	regex==2026.11.19 typing-extensions==4.16.0
+gpu-engine-check-wheels:
+	$(PY) -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  -d .whl $(GPU_CHECK_WHEELS)
+	$(PY) -m pip wheel --no-deps -w .whl antlr4-python3-runtime==4.9.3  # sdist only on PyPI (pure Python)
 
 clean:
 	rm -rf runs figures .cache/warmstart
