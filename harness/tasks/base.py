@@ -5,7 +5,8 @@ A task module (``harness/tasks/<name>.py``) declares one :class:`TaskSpec` and c
 ``experiments/task/<name>.yaml``.
 
 * local backend (token level, the vocabulary of ``harness.backends.local.model``):
-  ``sample(n, length, gen) -> (prompts [n, P], answers [n, R])`` with ``P = prompt_len(length)``,
+  ``sample(n, length, gen) -> (prompts [n, P], answers [n, R])`` with ``P = prompt_len(length)``, its random
+  integers drawn with ``randint(gen, low, high, shape)`` (``gen``: a torch.Generator or the trainer's keyed source),
   ``R = answer_len(length)``, and ``reward(responses [B, R], answers [B, R], mode) -> (reward [B], exact [B])``.
 * verl backend (text, rows of verl's RLHFDataset): either generated, ``example(rng, length) -> (prompt,
   reference)`` drawn from a seeded ``random.Random``, or read from a file the user provides,

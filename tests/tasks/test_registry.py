@@ -154,7 +154,7 @@ def test_data_cli_never_downloads_gsm8k(tmp_path, capsys):
 TOY = '''
     """``reverse``: the L digits in reverse order (a toy task of tests/tasks/test_registry.py)."""
     from harness.tasks import register
-    from harness.tasks.base import TaskSpec, digit_reward
+    from harness.tasks.base import TaskSpec, digit_reward, randint
 
 
     def sample(n, length, gen):
@@ -162,7 +162,7 @@ TOY = '''
 
         from harness.tasks.vocab import BOS, EQUALS
 
-        d = torch.randint(0, 10, (n, length), generator=gen)
+        d = randint(gen, 0, 10, (n, length))
         return torch.cat([torch.full((n, 1), BOS), d, torch.full((n, 1), EQUALS)], 1), d.flip(-1)
 
 

@@ -10,8 +10,8 @@ from typing import Any, Mapping
 
 #: the local engines' numerics version, part of every local run's signature: bump it whenever a change to the local
 #: kernels changes a curve bitwise (2: grouped expert GEMMs, seed packs, batched mean_n; 3: CPU numerics pinned,
-#: harness/numerics.py; 4: keyed random numbers (philox.py), split-K selected per row). tests/test_golden.py pins the
-#: curves and tells when to bump it.
+#: harness/numerics.py; 4: keyed random numbers, philox.py, for the engine, the prompts and the minibatch shuffles,
+#: and split-K selected per row). tests/test_golden.py pins the curves and tells when to bump it.
 LOCAL_NUMERICS = 4
 #: since issue 15 the local training engine applies ``inference.temperature`` to its log-probs (before, logp_rec was
 #: at T = 1 whatever the sampler's T): a local spec at T != 1 computes something new, so its signature carries this

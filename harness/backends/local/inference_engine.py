@@ -74,6 +74,8 @@ class InferenceEngine(Decoding, MultiTurn, Scoring, Sampling, Noise, Forward):
         self.act = self.dtype  # activations are held in dtype; matmuls accumulate in float32
         self.device = torch.device(device)
         self.seeds = torch.tensor(seeds, dtype=torch.int64, device=self.device)  # the keys' first word
+        # a CPU scores a pack seed by seed (cache-sized rows, the same numbers: inference.scoring); a GPU in one forward
+        self.score_by_seed = self.device.type == "cpu"
         self.step = 0  # the counter's first word (begin_step)
         self._calls: dict[str, int] = {}  # calls made in this step, per stream of their own ("" the others)
         # fixed projections [S, d, *]: the deterministic mode's stand-in for fresh noise

@@ -15,15 +15,14 @@ passes; the training side computes pi_old (recompute etc.), diagnostics and the 
 - **Weight sync**: the trainer copies its weights into a shared-memory ``PolicyPack``; the worker loads
   them into its inference engine at the start of each rollout. The two strictly alternate (the trainer
   writes only after it has received the previous batch), so nothing is read while being written.
-- **Determinism**: each process consumes its own per-seed generators (data on the rollout side; minibatch
-  shuffles on the training side) in a fixed order, the engine's draws are keyed by the step the batch is made
-  for (``collect`` carries it: the worker's engine ``begin_step``s it), and the order of messages is fixed, so
-  the curve does not depend on timing.
+- **Determinism**: every draw is keyed (``philox.py``: the prompts and the engine's draws by the step the batch is
+  made for, which ``collect`` carries; the minibatch shuffles by the training step), and the order of messages is
+  fixed, so the curve does not depend on timing.
 - **Checkpoint**: ``seed_state`` (``state_dict``) drains the batch in flight and stores it (``pending``, as a
   plain dict: a checkpoint holds tensors and plain values only, ``harness.torchfile``) with the rollout
-  side's generators as they were after making it (``data_gen``, ``diag_gen``, ``infer``); a resume trains
-  on that batch (moved to the trainer's device: checkpoints are read onto the CPU) and restarts the worker's
-  generators from there: bitwise the run that was not stopped.
+  side's engine counters after making it (``infer``); a resume trains on that batch (moved to the trainer's
+  device: checkpoints are read onto the CPU) and the worker goes on from the next step: bitwise the run that was
+  not stopped.
 - **Signals and failure**: the worker ignores SIGINT/SIGTERM (the run's own handler finishes the step,
   checkpoints and closes the worker), dies with its parent (``PR_SET_PDEATHSIG`` on Linux, and the end of
   the pipe anywhere), and sends back any exception's traceback, which the trainer raises.
@@ -47,7 +46,7 @@ from harness.backends.local.model import PolicyPack
 from harness.backends.local.trainer import Batch, LocalTrainer, OldPolicyContext, PackTrainer
 from harness.spec import RunConfig
 
-ROLLOUT_STATE = ("data_gen", "diag_gen", "infer")  # the checkpoint keys the rollout worker owns with overlap
+ROLLOUT_STATE = ("infer",)  # the checkpoint keys the rollout worker owns with overlap
 
 
 def _send(conn, obj: Any) -> None:
@@ -127,13 +126,10 @@ class RolloutSide:
 
     def state(self) -> dict:
         t = self.trainer
-        return {"data_gen": t.data_gens[0].get_state(), "diag_gen": t.diag_gens[0].get_state(),
-                "infer": t.infer.state(0)}
+        return {"infer": t.infer.state(0)}
 
     def load_state(self, state: dict) -> None:
         t = self.trainer
-        t.data_gens[0].set_state(state["data_gen"])
-        t.diag_gens[0].set_state(state["diag_gen"])
         t.infer.load_state(state["infer"], 0)
 
 

@@ -32,7 +32,8 @@ _M0, _M1 = 0xD2511F53, 0xCD9E8D57  # Philox4x32 multipliers
 _W0, _W1 = 0x9E3779B9, 0xBB67AE85  # Weyl key increments (golden ratio, sqrt(3) - 1)
 ROUNDS = 10
 #: the streams of draws a run makes (the key's second word): one per kind, so that kinds never share numbers
-STREAMS = {"sample": 1, "noise": 2, "combine": 3, "split": 4, "shuffle": 5, "score": 6, "refill": 7, "test": 99}
+STREAMS = {"sample": 1, "noise": 2, "combine": 3, "split": 4, "shuffle": 5, "score": 6, "refill": 7, "data": 8,
+           "test": 99}
 
 
 def _mulhilo(a: Tensor, m: int) -> tuple[Tensor, Tensor]:
@@ -155,3 +156,22 @@ def permutation(seeds: Tensor, stream: str, step: int | Tensor, call: int, n: in
     """A uniformly random permutation of ``range(n)`` per seed, [S, n] int64: the argsort of 53-bit keyed uniforms
     (ties have probability ~ n**2 / 2**54, and break by position, as ``torch.argsort(stable=True)`` does)."""
     return torch.argsort(uniform(seeds, stream, step, call, (n,), torch.float64, draw), dim=-1, stable=True)
+
+
+class KeyedInts:
+    """A task's source of random integers for every seed of a pack at once (``harness.tasks.base.randint``): the
+    rows of a draw are seed-major, ``rows / S`` per seed, each seed's from its own key (seed, ``stream``) at
+    (``step``, ``call``, its n-th draw), so a seed's prompts are the same alone or in any pack."""
+
+    def __init__(self, seeds: Tensor, stream: str, step: int, call: int = 0):
+        self.seeds, self.stream, self.step, self.call, self.n = seeds, stream, step, call, 0
+
+    def randint(self, low: int, high: int, shape: Sequence[int]) -> Tensor:
+        """Integers in [low, high) of ``shape`` (rows seed-major): floor of a 53-bit uniform times the range."""
+        size = self.seeds.shape[0]
+        if shape[0] % size:
+            raise ValueError(f"{shape[0]} rows do not split over a pack of {size} seeds")
+        u = uniform(self.seeds, self.stream, self.step, self.call, (shape[0] // size, *shape[1:]), torch.float64,
+                    self.n)
+        self.n += 1
+        return (low + (u * (high - low)).floor().to(torch.int64)).reshape(*shape)

@@ -29,6 +29,7 @@ from torch import Tensor
 
 from harness import estimators
 from harness import metrics as M
+from harness.backends.local import philox
 from harness.backends.local.agg import agg_loss
 from harness.backends.local.inference_engine import InferenceEngine, Rollout
 from harness.backends.local.kl_control import KLController
@@ -200,9 +201,9 @@ class PackTrainer:
         self.estimator = estimators.build(cfg.estimator)
         self.infer = InferenceEngine(self.policy, self.estimator.inference(cfg.inference), self.seeds, device)
         self.task = Task(cfg.task)
-        self.data_gens = [torch.Generator().manual_seed(s * 1000 + 3) for s in self.seeds]
-        self.shuffle_gens = [torch.Generator().manual_seed(s * 1000 + 4) for s in self.seeds]
-        self.diag_gens = [torch.Generator(device).manual_seed(s * 1000 + 5) for s in self.seeds]
+        # the trainer's own draws (prompts, minibatch shuffles) are keyed like the engine's (philox.py): a pure
+        # function of (seed, stream, step, ...), so a resumed seed needs only its step
+        self.seed_keys = torch.tensor(self.seeds, dtype=torch.int64)
         tr = cfg.trainer
         self.opt = PackAdamW(self.policy.weights(), lr=tr.lr, weight_decay=tr.weight_decay)
         self.step = 0
@@ -221,9 +222,6 @@ class PackTrainer:
             "step": self.step,
             "policy": self.policy.policy_state(s),
             "opt": self.opt.state(s),
-            "data_gen": self.data_gens[s].get_state(),
-            "shuffle_gen": self.shuffle_gens[s].get_state(),
-            "diag_gen": self.diag_gens[s].get_state(),
             "infer": self.infer.state(s),
             **({"kl": self.kl.state(s)} if self.kl is not None else {}),
         }
@@ -234,9 +232,6 @@ class PackTrainer:
         self.step = state["step"]
         self.policy.load_policy_state(s, state["policy"])
         self.opt.load_state(s, state["opt"])
-        self.data_gens[s].set_state(state["data_gen"])
-        self.shuffle_gens[s].set_state(state["shuffle_gen"])
-        self.diag_gens[s].set_state(state["diag_gen"])
         self.infer.load_state(state["infer"], s)
         self.infer.load_weights(self.policy)
         if self.kl is not None:
@@ -268,9 +263,10 @@ class PackTrainer:
         weights, score the rewards and GRPO advantages."""
         tr, dev = self.cfg.trainer, self.device
         self.infer.begin_step(self.step)  # the engine's keyed draws of this step (philox.py)
-        sampled = [self.task.sample(tr.prompts_per_step, g) for g in self.data_gens]
-        prompts = torch.stack([p for p, _ in sampled]).repeat_interleave(tr.group_size, 1).to(dev)  # [S, B, P]
-        answers = torch.stack([a for _, a in sampled]).repeat_interleave(tr.group_size, 1).to(dev)
+        n_s, n_p = self.size, tr.prompts_per_step
+        source = philox.KeyedInts(self.seed_keys, "data", self.step)  # every seed's prompts in one draw
+        prompts, answers = (x.view(n_s, n_p, -1).repeat_interleave(tr.group_size, 1).to(dev)  # [S, B, P], [S, B, A]
+                            for x in self.task.sample(n_s * n_p, source))
         pl = self.task.prompt_len
 
         t = time.perf_counter()
@@ -390,8 +386,8 @@ class PackTrainer:
         seeds = lambda x: x.reshape(n_s, -1, *x.shape[1:])  # noqa: E731
         losses, norms, clipfracs, kls, entropies = [], [], [], [], []
         offset = (torch.arange(n_s) * b)[:, None]
-        for _ in range(tr.ppo_epochs):
-            perm = torch.stack([torch.randperm(b, generator=g) for g in self.shuffle_gens]) + offset  # [S, B]
+        for epoch in range(tr.ppo_epochs):
+            perm = philox.permutation(self.seed_keys, "shuffle", self.step, epoch, b) + offset  # [S, B]
             for i in range(tr.num_minibatches):
                 self.phase_boundary()
                 idx = perm[:, i * mb:(i + 1) * mb].reshape(-1).to(tokens.device)  # seed-major rows

@@ -177,6 +177,7 @@ def test_every_engine_call_makes_its_draws_in_one_philox_evaluation_and_a_seed_d
     icfg = type(cfg.inference)(**{**cfg.inference.__dict__, "router_noise_sigma": 1.0, "logit_noise_sigma": 0.3})
     policies = [build_policy(cfg.model, s) for s in (4, 5)]
     pack = InferenceEngine(PolicyPack.of(policies), icfg, [4, 5])
+    pack.score_by_seed = False  # one call for the pack's scorings (seed by seed: tested below)
     calls = []
     forward = pack._forward
     pack._forward = lambda call, *a, **k: calls.append(call) or forward(call, *a, **k)
@@ -217,12 +218,32 @@ def test_the_engines_operator_count_does_not_grow_with_the_pack(setup):
     for size in (1, 6):
         seeds = list(range(size))
         eng = InferenceEngine(PolicyPack.of([build_policy(cfg.model, s) for s in seeds]), icfg, seeds)
+        eng.score_by_seed = False  # the batched path (a GPU's; a CPU scores seed by seed, tested below)
         eng.begin_step(0)
         with Count() as c:
             roll = eng.generate(prompts[None, :8].expand(size, -1, -1), task.answer_len)
             eng.score(roll.tokens, task.prompt_len, 4)
         counts[size] = c.n
     assert counts[6] <= 1.05 * counts[1], counts  # the grouped expert GEMM's padding may add a few
+
+
+def test_a_pack_scored_seed_by_seed_gives_bitwise_the_batched_scorings(setup):
+    """A CPU scores a pack's seeds one after the other (cache-sized rows): the same engine call, so the same keyed
+    draws and bitwise the same log-probs as the one batched forward a GPU runs."""
+    from harness.backends.local.model import PolicyPack, build_policy
+
+    cfg, _, task, prompts = setup
+    seeds = [0, 1, 2]
+    eng = InferenceEngine(PolicyPack.of([build_policy(cfg.model, s) for s in seeds]), cfg.inference, seeds)
+    eng.begin_step(3)
+    roll = eng.generate(prompts[None, :8].expand(3, -1, -1), task.answer_len)
+    out = {}
+    for by_seed in (True, False):
+        eng.score_by_seed = by_seed
+        eng.begin_step(4)
+        out[by_seed] = eng.score(roll.tokens, task.prompt_len, 4)
+    assert torch.equal(out[True], out[False])
+    assert not torch.equal(out[True][0, 0], out[True][0, 1])  # the passes differ (noise on)
 
 
 def test_scoring_keeps_only_the_response_positions_and_matches_a_full_forward(setup):

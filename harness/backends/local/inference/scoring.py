@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from harness.backends.local.inference.kernels import _Call
+
 
 class Scoring:
     """``score`` and ``score_once``, over ``InferenceEngine``'s forward, perturbations and sampler."""
@@ -23,19 +25,33 @@ class Scoring:
         """n independent scorings [n, B, R] ([S, n, B, R] for pack tokens [S, B, T]) in one batched prefill over
         S x n x B rows: one engine call, each pass its own split-K factor, combine orders and noise draws;
         ``stream``: None (the engine's streams) or one stream of its own (the diagnostics' ``score``: their calls
-        never move the numbers of the estimator's)."""
+        never move the numbers of the estimator's).
+
+        On a CPU (``score_by_seed``) a pack's seeds are scored one after the other, each over its n x B rows: the
+        same engine call, so bitwise the same numbers (the draws are keyed by seed), but the rows of one seed stay
+        cache-sized (S x n x B rows in one forward were 2.3x slower for a pack of 32 on 2 cores, docs/speed.md)."""
         single = tokens.dim() == 2
         if single:
             tokens = tokens[None]
+        s_ = tokens.shape[0]
+        call_id = self._next_call(stream)
+        if s_ > 1 and self.score_by_seed:
+            out = torch.stack([self.seed_view(i)._score(tokens[i:i + 1], prompt_len, n, call_id, stream)[0]
+                               for i in range(s_)])
+        else:
+            out = self._score(tokens, prompt_len, n, call_id, stream)
+        return out[0] if single else out
+
+    def _score(self, tokens: Tensor, prompt_len: int, n: int, call_id: int, stream: str | None) -> Tensor:
+        """The scorings [S, n, B, R] of pack tokens [S, B, T] as engine call number ``call_id``: one forward."""
         s_, b, t = tokens.shape
-        call = self._call(n, stream)
+        call = _Call(self.cfg, self.seeds, self.step, call_id, n, self.r, stream)
         inputs = tokens[:, None, :, :-1].expand(s_, n, b, t - 1).reshape(s_ * n, b, t - 1)  # last: predicts nothing
         logits, _, _ = self._forward(call, inputs, 0, None, keep_from=prompt_len - 1)
         model_logp = self._model_logp(logits)
         logp = self._reported(model_logp, self._sampler_logp(model_logp))
         target = tokens[:, None, :, prompt_len:, None].expand(s_, n, b, t - prompt_len, 1).reshape(s_ * n, b, -1, 1)
-        out = logp.gather(-1, target).squeeze(-1).view(s_, n, b, -1)
-        return out[0] if single else out
+        return logp.gather(-1, target).squeeze(-1).view(s_, n, b, -1)
 
     def score_once(self, tokens: Tensor, prompt_len: int, stream: str | None = None) -> Tensor:
         """One prefill pass over prompt+response: log-probs of the response tokens [B, R]."""
