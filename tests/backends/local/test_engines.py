@@ -177,7 +177,7 @@ def test_every_engine_call_makes_its_draws_in_one_philox_evaluation_and_a_seed_d
     icfg = type(cfg.inference)(**{**cfg.inference.__dict__, "router_noise_sigma": 1.0, "logit_noise_sigma": 0.3})
     policies = [build_policy(cfg.model, s) for s in (4, 5)]
     pack = InferenceEngine(PolicyPack.of(policies), icfg, [4, 5])
-    pack.score_by_seed = False  # one call for the pack's scorings (seed by seed: tested below)
+    pack.score_rows = None  # one call for the pack's scorings (seed by seed: tested below)
     calls = []
     forward = pack._forward
     pack._forward = lambda call, *a, **k: calls.append(call) or forward(call, *a, **k)
@@ -218,7 +218,7 @@ def test_the_engines_operator_count_does_not_grow_with_the_pack(setup):
     for size in (1, 6):
         seeds = list(range(size))
         eng = InferenceEngine(PolicyPack.of([build_policy(cfg.model, s) for s in seeds]), icfg, seeds)
-        eng.score_by_seed = False  # the batched path (a GPU's; a CPU scores seed by seed, tested below)
+        eng.score_rows = None  # the batched path (a GPU's; a CPU scores large packs seed by seed, tested below)
         eng.begin_step(0)
         with Count() as c:
             roll = eng.generate(prompts[None, :8].expand(size, -1, -1), task.answer_len)
@@ -239,7 +239,7 @@ def test_a_pack_scored_seed_by_seed_gives_bitwise_the_batched_scorings(setup):
     roll = eng.generate(prompts[None, :8].expand(3, -1, -1), task.answer_len)
     out = {}
     for by_seed in (True, False):
-        eng.score_by_seed = by_seed
+        eng.score_rows = 1 if by_seed else None
         eng.begin_step(4)
         out[by_seed] = eng.score(roll.tokens, task.prompt_len, 4)
     assert torch.equal(out[True], out[False])

@@ -27,15 +27,15 @@ class Scoring:
         ``stream``: None (the engine's streams) or one stream of its own (the diagnostics' ``score``: their calls
         never move the numbers of the estimator's).
 
-        On a CPU (``score_by_seed``) a pack's seeds are scored one after the other, each over its n x B rows: the
-        same engine call, so bitwise the same numbers (the draws are keyed by seed), but the rows of one seed stay
-        cache-sized (S x n x B rows in one forward were 2.3x slower for a pack of 32 on 2 cores, docs/speed.md)."""
+        On a CPU, a pack of more than ``score_rows`` rows (S x n x B) is scored seed by seed, each over its n x B
+        rows: the same engine call, so bitwise the same numbers (the draws are keyed by seed), but cache-sized rows
+        (S x n x B rows in one forward were 2.3x slower for a pack of 32 on 2 cores, docs/speed.md)."""
         single = tokens.dim() == 2
         if single:
             tokens = tokens[None]
-        s_ = tokens.shape[0]
+        s_, b = tokens.shape[:2]
         call_id = self._next_call(stream)
-        if s_ > 1 and self.score_by_seed:
+        if s_ > 1 and self.score_rows is not None and s_ * n * b > self.score_rows:
             out = torch.stack([self.seed_view(i)._score(tokens[i:i + 1], prompt_len, n, call_id, stream)[0]
                                for i in range(s_)])
         else:
