@@ -241,6 +241,10 @@ def test_a_corrupt_checkpoint_is_one_line_naming_the_file_and_the_fix(tiny_overr
 
 # ------------------------------------------------------------------ signals (5): SIGTERM, kill -9
 def _start(over):
+    """``python -m harness.run over`` in a child process, its store created first: the test polls the store while
+    the child runs, and two processes creating one fresh sqlite store at once race in MLflow's migrations
+    ("table _alembic_tmp_experiments already exists", seen once in CI)."""
+    runs(load(over).tracking_uri)
     return subprocess.Popen([sys.executable, "-m", "harness.run", *over], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
