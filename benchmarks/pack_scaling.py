@@ -23,36 +23,14 @@ import time
 from pathlib import Path
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # runnable as a plain script from a checkout
     sys.path.insert(0, str(ROOT))
 
 from harness import numerics  # noqa: E402
+from harness.backends.local.opcount import OpCount  # noqa: E402
 from harness.spec import load  # noqa: E402
-
-#: ATen operators that make the host wait for the device (a read-back or a data-dependent shape)
-SYNCS = ("_local_scalar_dense", "nonzero", "item", "unique", "masked_select")
-
-
-class OpCount(TorchDispatchMode):
-    """Counts ATen operator calls, and the host synchronisations among them, while active."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops = 0
-        self.syncs = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops += 1
-        name = func.__name__.split(".")[0]
-        to_host = name in ("_to_copy", "copy_") and any(isinstance(a, torch.Tensor) and a.device.type != "cpu"
-                                                        for a in args) and (kwargs or {}).get("device") == "cpu"
-        if name in SYNCS or to_host:
-            self.syncs += 1
-        return func(*args, **(kwargs or {}))
-
 
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":

@@ -15,15 +15,13 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import requests
 
 from harness import store
-from harness.uri import ROOT
 from harness.tracking import TrackingError, client_for
-from harness.uri import PASSWORD_ENV, USERNAME_ENV, mlflow_uri, redact, split_userinfo
+from harness.uri import PASSWORD_ENV, ROOT, USERNAME_ENV, mlflow_uri, redact, split_userinfo
 
 SECRET = "s3cret"
 TINY = ["trainer.prompts_per_step=4", "trainer.group_size=4", "trainer.num_minibatches=2",

@@ -2,7 +2,6 @@
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient

@@ -29,11 +29,10 @@ from typing import Any
 from harness import estimators, tasks
 from harness.backends.verl.config import TOOL_FILES, estimator_mapping
 from harness.backends.verl.routing import ROUTING_ENV
-from harness.uri import ROOT
 from harness.spec import RunConfig
 from harness.overrides import hydra_value
 from harness.tags import tag_values
-from harness.uri import home, mlflow_uri
+from harness.uri import ROOT, home, mlflow_uri
 
 PLUGIN_MODULE = "harness.backends.verl.plugins"
 DETERMINISTIC_AGENT_LOOP = "harness_deterministic"

@@ -199,18 +199,8 @@ def test_every_engine_call_makes_its_draws_in_one_philox_evaluation_and_a_seed_d
 def test_the_engines_operator_count_does_not_grow_with_the_pack(setup):
     """A rollout and n scorings of a pack are one sequence of operators whatever its size (issue 29's
     device-independent check): no per-seed loop, no grouping of calls by split-K factor on the host."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     from harness.backends.local.model import PolicyPack, build_policy
-
-    class Count(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.n = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.n += 1
-            return func(*args, **(kwargs or {}))
+    from harness.backends.local.opcount import OpCount
 
     cfg, _, task, prompts = setup
     icfg = type(cfg.inference)(**{**cfg.inference.__dict__, "router_noise_sigma": 1.0})
@@ -220,10 +210,10 @@ def test_the_engines_operator_count_does_not_grow_with_the_pack(setup):
         eng = InferenceEngine(PolicyPack.of([build_policy(cfg.model, s) for s in seeds]), icfg, seeds)
         eng.score_rows = None  # the batched path (a GPU's; a CPU scores large packs seed by seed, tested below)
         eng.begin_step(0)
-        with Count() as c:
+        with OpCount() as c:
             roll = eng.generate(prompts[None, :8].expand(size, -1, -1), task.answer_len)
             eng.score(roll.tokens, task.prompt_len, 4)
-        counts[size] = c.n
+        counts[size] = c.ops
     assert counts[6] <= 1.05 * counts[1], counts  # the grouped expert GEMM's padding may add a few
 
 
