@@ -19,12 +19,14 @@ POLICY_ENTROPY = "policy/entropy"
 POLICY_GRAD_NORM = "policy/grad_norm"
 POLICY_CLIPFRAC = "policy/clipfrac"
 POLICY_APPROX_KL = "policy/approx_kl"
+POLICY_UPDATE_NORM = "policy/update_norm"
 MISMATCH_K1 = "mismatch/k1"
 MISMATCH_K3 = "mismatch/k3"
 MISMATCH_REC_K1 = "mismatch/rec_k1"
 MISMATCH_REC_K3 = "mismatch/rec_k3"
 MISMATCH_PROB_DIFF_MAX = "mismatch/prob_diff_max"
 MISMATCH_PROB_DIFF_MEAN = "mismatch/prob_diff_mean"
+MISMATCH_ABS_DIFF = "mismatch/abs_diff"
 MISMATCH_BIAS_SQ = "mismatch/bias_sq"
 MISMATCH_OUTSIDE_SUPPORT = "mismatch/outside_support_frac"
 IS_WEIGHT_MEAN = "is/weight_mean"
@@ -66,12 +68,15 @@ CATALOGUE: dict[str, str] = {
     POLICY_GRAD_NORM: "gradient norm before clipping, mean over the updates",
     POLICY_CLIPFRAC: "share of tokens whose ratio was clipped (gmpo_rs: log-ratio outside +-log_clip)",
     POLICY_APPROX_KL: "k3 estimate of KL(pi_old || pi_new) during the update",
+    POLICY_UPDATE_NORM: ("L2 norm of the step's parameter change (all its minibatch updates, after clipping and "
+                         "Adam): how far the step moved the policy (issue 31's conservative-update control)"),
     MISMATCH_K1: "k1 = -d, d = logp_old - logp_roll, token mean (the estimator's denominator)",
     MISMATCH_K3: "k3 = exp(d) - d - 1, token mean (the estimator's denominator)",
     MISMATCH_REC_K1: "k1 with logp_rec in place of logp_old (train-inference mismatch)",
     MISMATCH_REC_K3: "k3 with logp_rec in place of logp_old (train-inference mismatch)",
     MISMATCH_PROB_DIFF_MAX: "max |p_rec - p_roll| over response tokens",
     MISMATCH_PROB_DIFF_MEAN: "mean |p_rec - p_roll| over response tokens",
+    MISMATCH_ABS_DIFF: "mean |logp_rec - logp_roll| over response tokens: the noise probe's diff (KwaiKAT's 0.008), per step",
     MISMATCH_BIAS_SQ: "(logp_rec - mean_i logp_inf[i])^2, token mean over the noise passes' sequences: the bias term "
                       "of E_i[(logp_rec - logp_inf[i])^2] = bias_sq + noise/var_rollout (its variance term)",
     MISMATCH_OUTSIDE_SUPPORT: "share of the diagnostic passes' token scores with probability 0 (processed mode with "

@@ -97,6 +97,9 @@ class InferenceConfig:
     # gives the MoE only ~1.5x the dense twin's scoring variance; this knob stands in for the hidden-state noise a
     # 94-layer MoE carries into its routers.
     router_noise_sigma: float = 1.0  # N(0, sigma^2) on router logits before top-k, fresh per call
+    # the share of (token, layer) router rows the router noise hits, drawn fresh per call (1 = every row: dense);
+    # < 1 with a large sigma: sparse, heavy-tailed deviations (rare routing flips), issue 31's noise model
+    router_noise_rate: float = 1.0
     logit_noise_sigma: float = 0.0  # N(0, sigma^2) on output logits, fresh per call (unbiased in logit space)
     bias_delta: float = 1.0  # scale the probability of tokens with p < bias_threshold by delta (1 = off)
     bias_threshold: float = 0.05

@@ -111,6 +111,12 @@ def inference(cfg: RunConfig) -> None:
     for k in ("router_noise_sigma", "logit_noise_sigma"):
         _require(getattr(i, k) >= 0, f"inference.{k}", f"must be >= 0, got {getattr(i, k)}")
     _require(i.bias_delta > 0, "inference.bias_delta", f"must be > 0, got {i.bias_delta}")
+    _require(0 < i.router_noise_rate <= 1, "inference.router_noise_rate",
+             f"must be a share of router rows in (0, 1] (1 = dense noise), got {i.router_noise_rate}")
+    if i.router_noise_rate < 1:
+        _require(i.router_noise_sigma > 0 and not i.deterministic, "inference.router_noise_rate",
+                 "a sparse share (< 1) needs fresh router noise: set inference.router_noise_sigma > 0 and "
+                 "inference.deterministic=false, or router_noise_rate=1")
     _require(0 <= i.prefix_cache_capacity <= 1, "inference.prefix_cache_capacity",
              f"must be a share of the batch's context tokens in [0, 1] (1 = every turn hits), "
              f"got {i.prefix_cache_capacity}")

@@ -63,3 +63,21 @@ def test_prefix_cache_knobs_are_checked(overrides, key, text):
     with pytest.raises(ConfigError) as err:
         load(overrides)
     assert err.value.key == key and text in str(err.value)
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["inference.router_noise_rate=0"], "inference.router_noise_rate"),
+    (["inference.router_noise_rate=1.5"], "inference.router_noise_rate"),
+    (["inference.router_noise_rate=0.1", "inference.router_noise_sigma=0"], "inference.router_noise_rate"),
+    (["inference.router_noise_rate=0.1", "inference.deterministic=true"], "inference.router_noise_rate"),
+])
+def test_sparse_router_noise_is_refused_where_it_cannot_hold(overrides, key):
+    with pytest.raises(ConfigError) as err:
+        load(overrides)
+    assert err.value.key == key
+
+
+def test_the_default_rate_leaves_every_signature_as_it_was():
+    """router_noise_rate = 1 (dense) is the default: Dora's rule keeps it out of the signature."""
+    assert load([]).signature == load(["inference.router_noise_rate=1.0"]).signature
+    assert load([]).signature != load(["inference.router_noise_rate=0.5"]).signature

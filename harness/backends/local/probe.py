@@ -6,6 +6,7 @@ multi-turn task):
     diff        = mean_i |logp_train - logp_inf[i]|
     var_rollout = Var_i(logp_inf[i])      (n fresh inference scorings)
     var_train   = Var_i(logp_train[i])    (n training-engine forwards)
+    diff_p99, diff_p999 = the 99th / 99.9th percentiles of |logp_train - logp_inf[i]| over (pass, token): the tail
 
 averaged over tokens (leaving out a token that a pass scores -inf: outside its nucleus, processed mode with
 top-k / top-p). KwaiKAT (Qwen3, vLLM vs Megatron): dense 0.002 / 1e-5 / 0 and MoE
@@ -31,6 +32,8 @@ class ProbeResult:
     var_rollout: float
     var_train: float
     tokens: int
+    diff_p99: float = float("nan")  # quantiles of |logp_train - logp_inf[i]| over (pass, token): the tail
+    diff_p999: float = float("nan")
 
 
 @torch.no_grad()
@@ -53,9 +56,11 @@ def probe(cfg: RunConfig, n: int = 8, sequences: int = 256) -> ProbeResult:
         keep = keep & (roll.mask > 0)
     plain = roll.mask is None and bool(keep.all())
     policy_tokens = (lambda x: x) if plain else (lambda x: x[..., keep])  # noqa: E731
+    dev = policy_tokens((trn[0] - inf).abs())
+    tail = torch.quantile(dev.flatten().double().cpu(), torch.tensor([0.99, 0.999], dtype=torch.float64))
     return ProbeResult(
         model=cfg.model.name, kind=cfg.model.kind,
-        diff=policy_tokens((trn[0] - inf).abs()).mean().item(),
+        diff=dev.mean().item(), diff_p99=float(tail[0]), diff_p999=float(tail[1]),
         var_rollout=policy_tokens(inf.var(0, unbiased=False)).mean().item(),
         var_train=policy_tokens(trn.var(0, unbiased=False)).mean().item(),
         tokens=policy_tokens(tokens[:, task.prompt_len:]).numel(),

@@ -335,6 +335,7 @@ class PackTrainer:
         pdiff = (seeds(rec.logp).exp() - logp_roll.exp()).abs()
         out[M.MISMATCH_PROB_DIFF_MAX] = pdiff.masked_fill(m == 0, 0.0).flatten(1).amax(1)
         out[M.MISMATCH_PROB_DIFF_MEAN] = _seed_mean(pdiff, m)
+        out[M.MISMATCH_ABS_DIFF] = _seed_mean((seeds(rec.logp) - logp_roll).abs(), m)  # the probe's diff, per step
 
         # the effective IS weight of the first update, under the pre-update weights
         start = ctx.recompute(old.replay)
@@ -386,6 +387,7 @@ class PackTrainer:
         seeds = lambda x: x.reshape(n_s, -1, *x.shape[1:])  # noqa: E731
         losses, norms, clipfracs, kls, entropies = [], [], [], [], []
         offset = (torch.arange(n_s) * b)[:, None]
+        before = {k: p.detach().clone() for k, p in params.items()}
         for epoch in range(tr.ppo_epochs):
             perm = philox.permutation(self.seed_keys, "shuffle", self.step, epoch, b) + offset  # [S, B]
             for i in range(tr.num_minibatches):
@@ -414,7 +416,11 @@ class PackTrainer:
                 norms.append(norm)
                 clipfracs.append(clipfrac)
         mean = lambda xs: torch.stack(xs).sum(0) / len(xs)  # noqa: E731  (NaN propagates: non-finite = collapse)
+        with torch.no_grad():  # the step's parameter change per seed: how far the update moved the policy
+            moved = torch.stack([torch.linalg.vector_norm((p.detach() - before[k]).flatten(1), dim=1)
+                                 for k, p in params.items()], 1)
         return {
+            M.POLICY_UPDATE_NORM: torch.linalg.vector_norm(moved, dim=1),
             M.POLICY_LOSS: mean(losses), M.POLICY_GRAD_NORM: mean(norms), M.POLICY_CLIPFRAC: mean(clipfracs),
             M.POLICY_APPROX_KL: mean(kls), M.POLICY_ENTROPY: mean(entropies[: tr.num_minibatches]),
         }

@@ -267,3 +267,40 @@ def test_deterministic_inference_removes_the_noise_and_the_frozen_arm_keeps_it_a
     natural = InferenceEngine(policy, cfg.inference, seed=0).score_once(tokens, task.prompt_len)  # sigma 0, not det.
     assert diff["removed"] < 2 * (natural - train).abs().mean().item()  # no noise source left: the natural gap's size
     assert diff["frozen"] > 5 * diff["removed"]  # 6.5x here (a random-init policy)
+
+
+def test_sparse_router_noise_hits_a_share_of_router_rows_fresh_per_call_and_planned(setup):
+    """``inference.router_noise_rate`` (issue 31's sparse noise): each (token, layer) router row gets the noise with
+    probability rate, a keyed Bernoulli per row and call (binomial test at fixed seeds), the other rows are exactly
+    the noise-free engine's; the draws are planned (no unplanned Philox call) and a seed's rows are the same alone
+    or in a pack."""
+    from scipy.stats import binomtest
+
+    from harness.backends.local.inference.kernels import _Call
+
+    cfg, policy, task, prompts = setup
+    rate = 0.25
+    base = {**cfg.inference.__dict__, "batch_variance": False}
+    sparse = type(cfg.inference)(**{**base, "router_noise_sigma": 4.0, "router_noise_rate": rate})
+    clean = type(cfg.inference)(**base)
+    tokens = InferenceEngine(policy, clean, 0).generate(prompts, task.answer_len).tokens
+    hits = []
+    for step in (0, 1):
+        rl = {}
+        for name, icfg in (("sparse", sparse), ("clean", clean)):
+            eng = InferenceEngine(policy, icfg, 7)
+            call = _Call(icfg, torch.tensor([7]), step, 0, 1, eng.r)
+            _, rl[name], _ = eng._forward(call, tokens[None], 0, None)
+            assert call.unplanned == 0 and not call._ready
+        layer0 = (rl["sparse"][0, ..., 0, :] != rl["clean"][0, ..., 0, :]).any(-1)  # layer 0: the same input
+        hits.append(layer0)
+    n, k = hits[0].numel(), int(hits[0].sum())
+    assert binomtest(k, n, rate).pvalue > 1e-3, (k, n)
+    assert not torch.equal(hits[0], hits[1])  # fresh per call: another step hits other rows
+    from harness.backends.local.model import PolicyPack
+    pack = InferenceEngine(PolicyPack.of([build_policy(cfg.model, 3), policy]), sparse, [3, 7])
+    pack.begin_step(2)
+    alone = InferenceEngine(policy, sparse, 7)
+    alone.begin_step(2)
+    in_pack = pack.score(tokens[None].expand(2, -1, -1), task.prompt_len, 2)[1]
+    assert torch.equal(in_pack, alone.score(tokens, task.prompt_len, 2))

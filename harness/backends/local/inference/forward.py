@@ -57,7 +57,10 @@ class Forward:
         k = mc.top_k
         logits = call.mm(x, self.w[p + "router"]).float()
         if cfg.router_noise_sigma > 0:
-            logits = logits + self._sigma(cfg.router_noise_sigma, logits.shape[0], 3) * self._noise(call, x, "router")
+            z = self._noise(call, x, "router")
+            if cfg.router_noise_rate < 1:  # sparse: a keyed Bernoulli(rate) per (token, layer) row
+                z = z * (call.uniform("noise", (n, 1)) < cfg.router_noise_rate)
+            logits = logits + self._sigma(cfg.router_noise_sigma, logits.shape[0], 3) * z
         probs = torch.softmax(logits, -1)
         gates, selected = probs.topk(k, dim=-1)
         gates = (gates / gates.sum(-1, keepdim=True)).to(self.act)
@@ -91,7 +94,8 @@ class Forward:
 
     def _draw_plan(self, b: int, t: int, keep_from: int, sample: bool = False) -> list[tuple[str, str, tuple]]:
         """The draws a forward of ``b`` rows of ``t`` positions makes, in order (``_Call.prefetch``): per MoE layer
-        the router noise [b t, E] and the combine order's uniforms [b t, k] (the last layer over the t - keep_from
+        the router noise [b t, E] (and its rows' Bernoulli uniforms [b t, 1] when ``router_noise_rate`` < 1) and the
+        combine order's uniforms [b t, k] (the last layer over the t - keep_from
         kept positions), then the logit noise [b, t', V] (none that ``deterministic`` or a knob at 0 leaves out);
         then, with ``sample``, the Gumbel draws [b, V] of the token sampled from its last position."""
         cfg, mc = self.cfg, self.mcfg
@@ -103,6 +107,8 @@ class Forward:
             n = b * (t - keep_from if li == mc.n_layers - 1 and keep_from else t)
             if cfg.router_noise_sigma > 0:
                 plan.append(("normal", "noise", (n, mc.n_experts)))
+                if cfg.router_noise_rate < 1:
+                    plan.append(("uniform", "noise", (n, 1)))
             plan.append(("uniform", "combine", (n, mc.top_k)))
         if cfg.logit_noise_sigma > 0:
             plan.append(("normal", "noise", (b, t - keep_from, self.w["lm_head"].shape[-1])))

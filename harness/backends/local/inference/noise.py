@@ -2,7 +2,10 @@
 (docs/design.md section 3): router-logit noise before top-k, output-logit noise, and a biased down-weighting of
 low-probability tokens.
 
-The two noise knobs draw fresh N(0, sigma^2) per call (keyed normals of stream ``noise``, ``kernels._Call.normal``:
+Router noise may be *sparse* (``router_noise_rate`` < 1, issue 31): each (token, layer) router row is hit with
+probability rate (a keyed uniform of stream ``noise`` per row, fresh per call), the others get none, so with a large
+sigma a few tokens flip experts and the rest score as the natural engine: sparse, heavy-tailed log-prob deviations
+instead of dense Gaussian ones. The two noise knobs draw fresh N(0, sigma^2) per call (keyed normals of stream ``noise``, ``kernels._Call.normal``:
 a pure function of the seed, the step, the call and the draw, for every seed of a pack in one call); in ``deterministic`` mode they become *frozen*: the same
 scale, but a fixed function of the hidden state (a fixed random projection, ``frozen_projections``), so the engine
 no longer differs from itself but carries a large fixed bias (the ``deterministic(frozen)`` arm). Deterministic
