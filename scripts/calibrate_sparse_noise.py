@@ -5,7 +5,7 @@ so var / diff^2 ~ 15.6: sparse, heavy-tailed deviations. Dense router noise of s
 (9.3e-4) but not the mean deviation (0.018): var / diff^2 = 2.9. Here the noise hits a share ``rate`` of the
 (token, layer) router rows (``inference.router_noise_rate``) with N(0, sigma^2); this script probes a grid of
 (sigma, rate) on the warm-started moe_tiny (the noise probe, ``harness.backends.local.probe``, 8 passes x 256
-sequences, seed 0: not a confirmatory seed) and prints diff, var_rollout, var / diff^2 and the deviation's tail,
+sequences, seed 0: not a confirmatory seed) and prints diff, var_rollout, var / diff^2 the deviation's tail and the routing flip rate,
 with the bias-only engine (deterministic: no scoring noise) and dense sigma 0.1 beside.
 
     python scripts/calibrate_sparse_noise.py [--out docs/results/noise_v3/calibration.csv]
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     from harness.backends.local.probe import probe
     out = []
-    print(f"{'condition':36s} {'diff':>9s} {'var_roll':>9s} {'var/d^2':>8s} {'p99':>8s} {'p99.9':>8s}")
+    print(f"{'condition':36s} {'diff':>9s} {'var_roll':>9s} {'var/d^2':>8s} {'p99':>8s} {'p99.9':>8s} {'flips':>7s}")
     print(f"{'KwaiKAT MoE':36s} {KWAIKAT['diff']:9.2e} {KWAIKAT['var_rollout']:9.2e} "
           f"{KWAIKAT['var_rollout'] / KWAIKAT['diff'] ** 2:8.1f}")
     for name, overrides in conditions():
@@ -55,11 +55,12 @@ def main(argv: list[str] | None = None) -> int:
             continue
         r = probe(load(overrides), n=args.passes, sequences=args.sequences)
         ratio = r.var_rollout / r.diff ** 2
-        print(f"{name:36s} {r.diff:9.2e} {r.var_rollout:9.2e} {ratio:8.2f} {r.diff_p99:8.3f} {r.diff_p999:8.3f}",
+        print(f"{name:36s} {r.diff:9.2e} {r.var_rollout:9.2e} {ratio:8.2f} {r.diff_p99:8.3f} {r.diff_p999:8.3f} {r.flip_rate:7.4f}",
               flush=True)
         out.append({"condition": name, "overrides": " ".join(overrides), "diff": r.diff,
                     "var_rollout": r.var_rollout, "var_over_diff2": ratio, "diff_p99": r.diff_p99,
-                    "diff_p999": r.diff_p999, "tokens": r.tokens})
+                    "diff_p999": r.diff_p999, "flip_rate": r.flip_rate,
+                    "tokens": r.tokens})
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         with open(args.out, "w", newline="") as f:

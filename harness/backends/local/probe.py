@@ -7,6 +7,8 @@ multi-turn task):
     var_rollout = Var_i(logp_inf[i])      (n fresh inference scorings)
     var_train   = Var_i(logp_train[i])    (n training-engine forwards)
     diff_p99, diff_p999 = the 99th / 99.9th percentiles of |logp_train - logp_inf[i]| over (pass, token): the tail
+    flip_rate   = the share of response tokens the rollout routed to another top-k set than the training engine
+                  does, in some layer (MoE; ``moe/routing_flip_rate``'s definition)
 
 averaged over tokens (leaving out a token that a pass scores -inf: outside its nucleus, processed mode with
 top-k / top-p). KwaiKAT (Qwen3, vLLM vs Megatron): dense 0.002 / 1e-5 / 0 and MoE
@@ -34,6 +36,7 @@ class ProbeResult:
     tokens: int
     diff_p99: float = float("nan")  # quantiles of |logp_train - logp_inf[i]| over (pass, token): the tail
     diff_p999: float = float("nan")
+    flip_rate: float = float("nan")  # share of tokens routed to another top-k set (any layer), rollout vs train
 
 
 @torch.no_grad()
@@ -56,11 +59,17 @@ def probe(cfg: RunConfig, n: int = 8, sequences: int = 256) -> ProbeResult:
         keep = keep & (roll.mask > 0)
     plain = roll.mask is None and bool(keep.all())
     policy_tokens = (lambda x: x) if plain else (lambda x: x[..., keep])  # noqa: E731
+    flip = float("nan")
+    if roll.routed_experts is not None:  # a MoE: the rollout's routes against the training engine's
+        from harness.backends.local.trainer import routing_flip_rate
+        sel = train.logprobs(tokens, task.prompt_len).selected
+        routes = roll.routed_experts[:, task.prompt_len - 1:-1]  # the predicting positions
+        flip = routing_flip_rate(routes[None], sel[None], None if roll.mask is None else roll.mask[None]).item()
     dev = policy_tokens((trn[0] - inf).abs())
     tail = torch.quantile(dev.flatten().double().cpu(), torch.tensor([0.99, 0.999], dtype=torch.float64))
     return ProbeResult(
         model=cfg.model.name, kind=cfg.model.kind,
-        diff=dev.mean().item(), diff_p99=float(tail[0]), diff_p999=float(tail[1]),
+        diff=dev.mean().item(), diff_p99=float(tail[0]), diff_p999=float(tail[1]), flip_rate=flip,
         var_rollout=policy_tokens(inf.var(0, unbiased=False)).mean().item(),
         var_train=policy_tokens(trn.var(0, unbiased=False)).mean().item(),
         tokens=policy_tokens(tokens[:, task.prompt_len:]).numel(),
