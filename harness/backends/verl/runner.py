@@ -99,6 +99,34 @@ def version_problems() -> list[str]:
     return out
 
 
+def install_problems() -> list[str]:
+    """What an install for the cluster lacks (``containers/install_in_image.sh`` ends with it): every distribution
+    of ``REQUIRED_VERSIONS`` present at its release, and every package of every strategy's path importable (the
+    image serves both strategies). Empty when the install is complete; needs no GPU."""
+    import importlib.util
+    from importlib import metadata
+
+    out = []
+    for dist, want, why in REQUIRED_VERSIONS:
+        try:
+            metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out.append(f"{dist} is not installed, the harness needs {dist}=={want} ({why})")
+    out += version_problems()
+    seen = set()
+    for module, dist, why in (*PACKAGES_ALWAYS, *(p for ps in PACKAGES_BY_STRATEGY.values() for p in ps)):
+        if module in seen:
+            continue
+        seen.add(module)
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            out.append(f"{dist} is not importable (module {module}: {why})")
+    return out
+
+
 def required_packages(cfg: RunConfig) -> list[tuple[str, str, str]]:
     """(module, distribution, why) of every package the spec's verl path imports (not vLLM's own deps)."""
     return [*PACKAGES_ALWAYS, *PACKAGES_BY_STRATEGY[cfg.verl.strategy]]
