@@ -103,7 +103,6 @@ def install_problems() -> list[str]:
     """What an install for the cluster lacks (``containers/install_in_image.sh`` ends with it): every distribution
     of ``REQUIRED_VERSIONS`` present at its release, and every package of every strategy's path importable (the
     image serves both strategies). Empty when the install is complete; needs no GPU."""
-    import importlib.util
     from importlib import metadata
 
     out = []
@@ -113,18 +112,10 @@ def install_problems() -> list[str]:
         except metadata.PackageNotFoundError:
             out.append(f"{dist} is not installed, the harness needs {dist}=={want} ({why})")
     out += version_problems()
-    seen = set()
-    for module, dist, why in (*PACKAGES_ALWAYS, *(p for ps in PACKAGES_BY_STRATEGY.values() for p in ps)):
-        if module in seen:
-            continue
-        seen.add(module)
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            out.append(f"{dist} is not importable (module {module}: {why})")
-    return out
+    packages = {module: (dist, why) for module, dist, why in
+                (*PACKAGES_ALWAYS, *(p for ps in PACKAGES_BY_STRATEGY.values() for p in ps))}
+    return out + [f"{dist} is not importable (module {module}: {why})" for module, (dist, why) in packages.items()
+                  if not importable(module)]
 
 
 def required_packages(cfg: RunConfig) -> list[tuple[str, str, str]]:
@@ -132,18 +123,18 @@ def required_packages(cfg: RunConfig) -> list[tuple[str, str, str]]:
     return [*PACKAGES_ALWAYS, *PACKAGES_BY_STRATEGY[cfg.verl.strategy]]
 
 
-def missing_packages(cfg: RunConfig) -> list[str]:
+def importable(module: str) -> bool:
+    """Whether ``module`` can be found (not imported: a CUDA package's import may need a GPU)."""
     import importlib.util
 
-    out = []
-    for module, dist, why in required_packages(cfg):
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):  # a parent package missing
-            found = False
-        if not found:
-            out.append(f"{dist} ({why})")
-    return out
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing
+        return False
+
+
+def missing_packages(cfg: RunConfig) -> list[str]:
+    return [f"{dist} ({why})" for module, dist, why in required_packages(cfg) if not importable(module)]
 
 
 #: Hugging Face's switches for "no network": set on (or inherited by) nodes that cannot download
