@@ -96,6 +96,41 @@ def version_problems() -> list[str]:
             same = False
         if not same:
             out.append(f"{dist} {found} is installed, the harness needs {dist}=={want} ({why})")
+    return out + verl_requirement_problems()
+
+
+def verl_requirement_problems() -> list[str]:
+    """``<dist> <found> is installed, verl <v> requires <dist><specifier>`` for every unconditional requirement of
+    the installed verl (its own Requires-Dist) that an installed distribution does not meet: an image, or an
+    install with ``--no-deps``, can carry e.g. a transformers newer than verl 0.9.1 allows (< 5.11). An absent
+    distribution is left to the package checks."""
+    from importlib import metadata
+
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        verl, requires = metadata.version("verl"), metadata.requires("verl") or []
+    except metadata.PackageNotFoundError:
+        return []
+    out = []
+    for line in requires:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.marker is not None or not req.specifier:  # an extra's, or any version
+            continue
+        try:
+            found = metadata.version(req.name)
+        except metadata.PackageNotFoundError:
+            continue
+        try:
+            ok = req.specifier.contains(Version(found), prereleases=True)
+        except InvalidVersion:
+            ok = False
+        if not ok:
+            out.append(f"{req.name} {found} is installed, verl {verl} requires {req.name}{req.specifier}")
     return out
 
 

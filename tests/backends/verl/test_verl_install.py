@@ -202,3 +202,32 @@ def test_the_cluster_extra_agrees_with_verls_own_requirements():
     # the test extra's transformers range meets the cluster's pin (CI tests what the cluster runs)
     (tf,) = [Requirement(r) for r in project["optional-dependencies"]["test"] if r.startswith("transformers")]
     assert tf.specifier.contains(pins["transformers"])
+
+
+def test_the_preflight_holds_installed_packages_to_verls_own_requirements(spec, monkeypatch):
+    """An image (or a --no-deps install) with a transformers newer than verl 0.9.1 allows is named, by the install
+    check and by the preflight, with verl's own specifier; within verl's ranges nothing is said."""
+    from importlib import metadata
+
+    from harness.backends.verl import runner
+
+    installed = {"verl": "0.9.1", "vllm": "0.24.0", "torch": "2.11.0+cu130", "transformers": "5.10.4",
+                 "tensordict": "0.10.0", "numpy": "2.2.6"}
+    requires = ["transformers!=5.6.0,<5.11,>=5.5.3", "tensordict!=0.9.0,<=0.10.0,>=0.8.0", "numpy>=2.0.0", "wandb",
+                "mbridge; extra == \"mcore\"", "absent-dist>=1"]
+
+    def version(dist):
+        if dist not in installed:
+            raise metadata.PackageNotFoundError(dist)
+        return installed[dist]
+
+    monkeypatch.setattr(metadata, "version", version)
+    monkeypatch.setattr(metadata, "requires", lambda dist: requires if dist == "verl" else [])
+    assert runner.version_problems() == []
+    installed.update(transformers="5.17.0", numpy="1.26.4")
+    assert runner.verl_requirement_problems() == [
+        "transformers 5.17.0 is installed, verl 0.9.1 requires transformers!=5.6.0,<5.11,>=5.5.3",
+        "numpy 1.26.4 is installed, verl 0.9.1 requires numpy>=2.0.0"]
+    assert runner.verl_requirement_problems()[0] in runner.install_problems()
+    with pytest.raises(runner.VerlUnavailable, match=r"transformers 5\.17\.0 is installed, verl 0\.9\.1 requires"):
+        runner.preflight(spec("estimator=tis", "model=qwen3_4b"))
