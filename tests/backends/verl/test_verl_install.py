@@ -93,7 +93,8 @@ IMAGE_LIST = ["torch==2.11.0+cu130", "vllm==0.24.0", "numpy==2.2.6", "transforme
 def test_install_in_image_pins_the_image_and_installs_only_what_pip_may(tmp_path):
     """The image's versions are frozen first (verl aside) and constrain every install; verl 0.9.1 replaces the
     image's other release; the harness goes in with --no-deps, then its dependencies except torch; the last step is
-    the install check, which on this machine (torch 2.13 CPU, no vLLM, no Megatron) fails naming what is missing."""
+    the install check, which on a machine without the image's stack (CI: torch 2.13 CPU, no vLLM, no Megatron) fails
+    naming each gap."""
     import tomllib
 
     res, calls, pins = _install(tmp_path, IMAGE_LIST)
@@ -106,9 +107,11 @@ def test_install_in_image_pins_the_image_and_installs_only_what_pip_may(tmp_path
             if not d.startswith("torch")]
     assert deps[deps.index("-c") + 2:] == want and len(want) >= 10  # pyproject's dependencies but torch
     assert pins.split() == [p for p in IMAGE_LIST if not p.startswith("verl==")]  # verl is not held back
-    assert res.returncode == 1, res.stdout + res.stderr
-    assert "vllm is not installed, the harness needs vllm==0.24.0" in res.stderr
-    assert "megatron-core is not importable" in res.stderr and "torch 2.13" in res.stderr
+    from harness.backends.verl.runner import install_problems
+
+    here = install_problems()  # CI's CPU venv: torch 2.13, no vLLM, no Megatron stack
+    assert res.returncode == (1 if here else 0), res.stdout + res.stderr
+    assert all(f"[install_in_image] {p}" in res.stderr for p in here), res.stderr
 
 
 def test_install_in_image_keeps_the_images_verl_when_it_is_0_9_1(tmp_path):
