@@ -1,7 +1,7 @@
 # The two commands of the README. Both install into .venv first (scripts/install.sh).
 PY := .venv/bin/python
 
-.PHONY: install install-test demo test probe bench bench-overlap results calibrated agentic ablation20 clean verl-smoke verl-smoke-multi-turn verl-pass-variance gpu-engine-check gpu-engine-check-wheels
+.PHONY: install install-test demo test probe bench bench-overlap results calibrated agentic ablation20 clean verl-smoke verl-smoke-multi-turn verl-pass-variance gpu-engine-check gpu-engine-check-wheels verl-image verl-sif
 
 install:
 	bash scripts/install.sh
@@ -96,6 +96,13 @@ MODEL ?= Qwen/Qwen3-30B-A3B
 TP ?= 4
 verl-pass-variance:
 	$(PY) scripts/verl_pass_variance.py --model $(MODEL) --tp $(TP)
+
+# The container route (docs/verl.md, "Container route"): verl's pinned image + the harness, on a machine with docker
+# or apptainer and network; the build ends with the install check (runner.install_problems), exit 1 naming a gap.
+verl-image:
+	docker build -f containers/Dockerfile -t moe-rl-harness:verl091 .
+verl-sif:
+	apptainer build moe-rl-harness.sif containers/harness.def
 
 # issue 30 item 8: verl's FSDP2 engine with our plugins on a tiny random Qwen3-MoE, one process, no vLLM, no Ray
 # (docs/verl.md, "GPU engine check"); CUDA where available, else CPU (gloo). CHECK_ARGS: e.g. --out check.json

@@ -96,7 +96,61 @@ def version_problems() -> list[str]:
             same = False
         if not same:
             out.append(f"{dist} {found} is installed, the harness needs {dist}=={want} ({why})")
+    return out + verl_requirement_problems()
+
+
+def verl_requirement_problems() -> list[str]:
+    """``<dist> <found> is installed, verl <v> requires <dist><specifier>`` for every unconditional requirement of
+    the installed verl (its own Requires-Dist) that an installed distribution does not meet: an image, or an
+    install with ``--no-deps``, can carry e.g. a transformers newer than verl 0.9.1 allows (< 5.11). An absent
+    distribution is left to the package checks."""
+    from importlib import metadata
+
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        verl, requires = metadata.version("verl"), metadata.requires("verl") or []
+    except metadata.PackageNotFoundError:
+        return []
+    out = []
+    for line in requires:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.marker is not None or not req.specifier:  # an extra's, or any version
+            continue
+        try:
+            found = metadata.version(req.name)
+        except metadata.PackageNotFoundError:
+            continue
+        try:
+            ok = req.specifier.contains(Version(found), prereleases=True)
+        except InvalidVersion:
+            ok = False
+        if not ok:
+            out.append(f"{req.name} {found} is installed, verl {verl} requires {req.name}{req.specifier}")
     return out
+
+
+def install_problems() -> list[str]:
+    """What an install for the cluster lacks (``containers/install_in_image.sh`` ends with it): every distribution
+    of ``REQUIRED_VERSIONS`` present at its release, and every package of every strategy's path importable (the
+    image serves both strategies). Empty when the install is complete; needs no GPU."""
+    from importlib import metadata
+
+    out = []
+    for dist, want, why in REQUIRED_VERSIONS:
+        try:
+            metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out.append(f"{dist} is not installed, the harness needs {dist}=={want} ({why})")
+    out += version_problems()
+    packages = {module: (dist, why) for module, dist, why in
+                (*PACKAGES_ALWAYS, *(p for ps in PACKAGES_BY_STRATEGY.values() for p in ps))}
+    return out + [f"{dist} is not importable (module {module}: {why})" for module, (dist, why) in packages.items()
+                  if not importable(module)]
 
 
 def required_packages(cfg: RunConfig) -> list[tuple[str, str, str]]:
@@ -104,18 +158,18 @@ def required_packages(cfg: RunConfig) -> list[tuple[str, str, str]]:
     return [*PACKAGES_ALWAYS, *PACKAGES_BY_STRATEGY[cfg.verl.strategy]]
 
 
-def missing_packages(cfg: RunConfig) -> list[str]:
+def importable(module: str) -> bool:
+    """Whether ``module`` can be found (not imported: a CUDA package's import may need a GPU)."""
     import importlib.util
 
-    out = []
-    for module, dist, why in required_packages(cfg):
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):  # a parent package missing
-            found = False
-        if not found:
-            out.append(f"{dist} ({why})")
-    return out
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing
+        return False
+
+
+def missing_packages(cfg: RunConfig) -> list[str]:
+    return [f"{dist} ({why})" for module, dist, why in required_packages(cfg) if not importable(module)]
 
 
 #: Hugging Face's switches for "no network": set on (or inherited by) nodes that cannot download

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 from functools import partial
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -117,9 +118,36 @@ SPLITS = {"1": dict(use_dynamic_bsz=False, micro_batch_size_per_gpu=B),
           "dynamic": dict(use_dynamic_bsz=True, max_token_len_per_gpu=2 * (P + R))}
 
 
-@pytest.mark.parametrize("estimator,extra", [("gmpo_rs", ["estimator.log_clip=0.3", "estimator.gamma_min=0.8"]),
-                                             ("rais", ["estimator.gamma_min=0.8"]),
-                                             ("recompute", []), ("tis", [])])
+#: the estimators whose losses are checked below: one per policy loss the harness sends to verl (verl's vanilla with
+#: and without IS weights, and every plugin loss); test_every_policy_loss_the_harness_sends_to_verl_is_checked_here
+#: keeps the list complete
+CHECKED = [("gmpo_rs", ["estimator.log_clip=0.3", "estimator.gamma_min=0.8"]), ("rais", ["estimator.gamma_min=0.8"]),
+           ("recompute", []), ("tis", [])]
+
+
+def test_every_policy_loss_the_harness_sends_to_verl_is_checked_here(spec, tmp_path):
+    """Every mapped estimator's verl loss mode (its smoke spec, ``scripts/verl_smoke.py``), and every ``harness_*``
+    loss our plugins register with verl, is the loss of an estimator in CHECKED: a new plugin loss, or an estimator
+    sent to another of verl's losses, fails here until it is added to the micro-batch checks."""
+    import importlib.util
+
+    import harness.backends.verl.plugins  # noqa: F401  (registers our losses)
+    from harness.spec import load
+    from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+
+    root = Path(__file__).resolve().parents[3]
+    mod_spec = importlib.util.spec_from_file_location("verl_smoke", root / "scripts" / "verl_smoke.py")
+    smoke = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(smoke)
+    checked = {_actor(spec, est, *extra)[0].policy_loss.loss_mode for est, extra in CHECKED}
+    sent = {est: translate.verl_config(load(smoke.overrides(est, tmp_path / "m", tmp_path, 1)), check=False)
+            .actor_rollout_ref.actor.policy_loss.loss_mode for est in smoke.ESTIMATORS}
+    assert {"vanilla", "harness_gmpo_rs", "harness_rais"} <= checked
+    assert set(sent.values()) <= checked, {e: m for e, m in sent.items() if m not in checked}
+    assert {k for k in POLICY_LOSS_REGISTRY if k.startswith("harness_")} <= checked
+
+
+@pytest.mark.parametrize("estimator,extra", CHECKED)
 def test_summed_loss_and_gradient_do_not_depend_on_the_micro_batches(spec, estimator, extra, process_group,
                                                                       cpu_fsdp_engine, monkeypatch):
     actor, env = _actor(spec, estimator, *extra)
