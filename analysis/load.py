@@ -356,7 +356,9 @@ def _param_value(run: RunRecord, key: str) -> str:
 def identity_labels(base: Mapping[str, str], params: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
     """``{group_key: label}``: the base label (``estimator(knobs)[context]``) where it is unique, else the
     base label plus ``[key=value,...]`` for the identity params that differ among the groups sharing it
-    (``rollout[trainer.lr=0.0001]``); ``[group=KEY]`` when no logged param tells them apart."""
+    (``rollout[trainer.lr=0.0001]``); ``[group=KEY]`` when no logged param tells them apart. A param one group
+    logs as null (``None``) and another does not log at all is the same value: a key added to the schema later
+    (a new estimator's parameter, unset) does not split the labels of runs made before and after it."""
     by_base: dict[str, list[str]] = {}
     for key, label in base.items():
         by_base.setdefault(label, []).append(key)
@@ -366,7 +368,8 @@ def identity_labels(base: Mapping[str, str], params: Mapping[str, Mapping[str, s
             out[keys[0]] = label
             continue
         names = sorted({k for g in keys for k in params.get(g, {})})
-        differ = [k for k in names if len({params.get(g, {}).get(k) for g in keys}) > 1 and k not in KNOB_PARAMS]
+        value = lambda g, k: tag_text(params.get(g, {}).get(k)) or None  # noqa: E731  absent = null = unset
+        differ = [k for k in names if len({value(g, k) for g in keys}) > 1 and k not in KNOB_PARAMS]
         for g in keys:
             p = params.get(g, {})
             extra = ",".join(f"{k}={p.get(k, 'na')}" for k in differ) if differ else f"group={g}"

@@ -40,3 +40,15 @@ def test_sweep_families():
     fams = sweep_families(runs, "clip_c", ("tis",))
     assert sorted(family_name(g, "clip_c") for g in fams.values()) == ["tis(sequence)", "tis(token)"]
     assert not sweep_families(runs[runs["estimator"] == "rollout"], "n", None)
+
+
+def test_a_param_logged_null_by_one_group_and_absent_from_another_does_not_split_labels():
+    """A key added to the schema later (a new estimator's parameter, null for every other estimator) is logged by
+    runs made after it and absent from runs made before: the same spec either way, so it never enters a label."""
+    from analysis.load import identity_labels
+
+    base = {"g1": "recompute", "g2": "recompute"}
+    params = {"g1": {"trainer.lr": "0.0003", "estimator.geo_lower": "None"}, "g2": {"trainer.lr": "0.00015"}}
+    assert identity_labels(base, params) == {"g1": "recompute[trainer.lr=0.0003]", "g2": "recompute[trainer.lr=0.00015]"}
+    params["g2"]["estimator.geo_lower"] = "0.9"  # a value, not null: it tells them apart
+    assert identity_labels(base, params)["g2"] == "recompute[estimator.geo_lower=0.9,trainer.lr=0.00015]"
