@@ -1,7 +1,7 @@
 # The two commands of the README. Both install into .venv first (scripts/install.sh).
 PY := .venv/bin/python
 
-.PHONY: install install-test demo test probe bench bench-overlap results calibrated agentic ablation20 clean verl-smoke verl-smoke-multi-turn verl-pass-variance gpu-engine-check gpu-engine-check-wheels verl-image verl-sif
+.PHONY: install install-test demo test probe bench bench-overlap results study stress calibrated agentic ablation20 clean verl-smoke verl-smoke-multi-turn verl-pass-variance gpu-engine-check gpu-engine-check-wheels verl-image verl-sif
 
 install:
 	bash scripts/install.sh
@@ -22,6 +22,25 @@ test: install-test
 probe: install
 	$(PY) -m harness.probe
 
+# Issue 31's confirmatory study (docs/preregistration.md): the noise calibration, the regime pilot, the two
+# pre-registered conditions in blocks of 4 seeds (scripts/run_study_v3.sh, nice 19; finished runs are skipped, so a
+# rerun resumes), their reports and their per-step histories (the metrics the verdicts and the conservative-update
+# control read, docs/results/v3_*/histories.json.gz).
+V3_METRICS := reward/mean,reward/accuracy,policy/clipfrac,policy/update_norm,policy/grad_norm,policy/approx_kl,mismatch/k3,mismatch/rec_k3,mismatch/abs_diff,noise/var_rollout,moe/routing_flip_rate,is/weight_max,perturb/level
+study: install
+	$(PY) scripts/calibrate_sparse_noise.py --out docs/results/noise_v3/calibration.csv > docs/results/noise_v3/calibration.txt
+	$(PY) -m harness.sweep sweeps/pilot_v3.yaml launcher=local --wait
+	$(PY) -m analysis report --experiment pilot_v3 --out docs/results/pilot_v3
+	bash scripts/run_study_v3.sh
+	for e in v3_sparse v3_bias; do \
+	  $(PY) -m analysis report --experiment $$e --x n --out docs/results/$$e && \
+	  $(PY) -m analysis export --experiment $$e --metrics $(V3_METRICS) --out docs/results/$$e/histories.json.gz; \
+	done
+
+# Everything the README and docs/results.md quote: the study (above), the numerics-3 stress tests (below), the
+# agentic section and the overlap benchmark behind the README's cost ratios (benchmarks/README.md).
+results: study stress agentic bench-overlap
+
 # docs/results.md, regenerated end to end (issues 6 and 15): the noise probes; issue 15's four sweeps at
 # KwaiKAT-calibrated noise (router sigma 0.1): the headline (every estimator), mean_n's n-sweep, the sampler arms
 # (raw vs processed log-probs) and the noise-vs-bias dose-response, fixed and KL-held along training; the sigma = 1 stress arm (the ablation, 10 seeds,
@@ -29,7 +48,7 @@ probe: install
 # in the store are skipped, so a rerun only fills what is missing. Every sweep also runs on Slurm (launcher=slurm).
 # Wall time from an empty store on 2 cores: docs/results.md, top.
 PROBE := $(PY) -m harness.probe tracking.experiment=noise_probe
-results: install
+stress: install
 	$(PROBE)
 	$(PROBE) inference.router_noise_sigma=0.1
 	$(PROBE) inference.router_noise_sigma=0

@@ -111,6 +111,8 @@ def parser() -> argparse.ArgumentParser:
     ep.add_argument("--tracking-uri", default=None,
                     help="MLflow tracking URI (default: sqlite:///<project root>/mlruns.db)")
     ep.add_argument("--out", required=True, help="file ending in .json.gz, e.g. docs/results/ablation.json.gz")
+    ep.add_argument("--metrics", default=None, help="comma-separated metric names to keep (default: every metric "
+                    "any run logged); the file then says it is not complete")
     lp = sub.add_parser("list", help="list the experiments and groups in a tracking store")
     lp.add_argument("--tracking-uri", default=None)
     lp.add_argument("--experiment", "-e", default=None, help="list this experiment's groups")
@@ -204,7 +206,8 @@ def cmd_compare(args) -> int:
 def cmd_export_histories(args) -> int:
     from .histories import export
 
-    done = export(args.experiment, args.tracking_uri, args.out)
+    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else None
+    done = export(args.experiment, args.tracking_uri, args.out, metrics=metrics)
     print(f"{done.runs} runs, {done.metrics} metrics, {done.values} values -> {done.path} "
           f"({done.size / 1e6:.2f} MB)")
     return 0

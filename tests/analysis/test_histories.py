@@ -192,6 +192,12 @@ def test_cli_export_then_report_and_compare_from_the_file(mixed, tmp_path, capsy
     from_file = capsys.readouterr().out
     assert main(["compare", "-e", "mixed", "--tracking-uri", uri, *args]) == 0
     assert from_file == capsys.readouterr().out and "P(A > B)" in from_file
+    few = tmp_path / "h" / "few.json.gz"  # --metrics: a chosen list, and the file says it is not complete
+    assert main(["export", "-e", "mixed", "--tracking-uri", uri, "--out", str(few), "--metrics",
+                 "reward/mean, mismatch/k3"]) == 0
+    with gzip.open(few, "rt") as f:
+        doc = json.load(f)
+    assert doc["metrics"] == ["mismatch/k3", "reward/mean"] and doc["complete"] is False
 
 
 def _one_line_exit_2(capsys, argv, *needles):
