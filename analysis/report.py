@@ -23,6 +23,7 @@ import pandas as pd
 from harness import metrics as M
 
 from .config import AnalysisConfig, ConfigError
+from .along import ALONG, along_table
 from .histories import open_experiment
 from .load import SUMMARY_TAG, Experiment, load_experiment
 from .paths import out_folder
@@ -75,7 +76,7 @@ def build_report(
     cfg = cfg or AnalysisConfig()
     if x not in (None, "n", "clip_c"):
         raise ConfigError(f"--x must be n or clip_c, got {x!r}")
-    metrics = (cfg.reward_metric, cfg.loss_metric, cfg.kl_metric, cfg.time_metric, M.MOE_REPLAY_COVERAGE)
+    metrics = (cfg.reward_metric, cfg.loss_metric, cfg.kl_metric, cfg.time_metric, M.MOE_REPLAY_COVERAGE, *ALONG)
     exp = open_experiment(experiment, tracking_uri, source, metrics=metrics, filter_string=filter_string,
                           group_by=group_by, include_unfinished=include_unfinished)
     log_to_mlflow = log_to_mlflow and source is None  # a file has no store to log to
@@ -120,6 +121,9 @@ def build_report(
             result.skipped["poi"] = "probability of improvement and verdicts need >= 2 groups."
     else:
         result.skipped["summary"] = "no training runs."
+    along = along_table(exp, cfg) if len(measures) else None
+    if along is not None:
+        tables["along"] = along
     for knob in ("n", "clip_c"):
         t = sweep_table(exp, measures, cfg, knob) if len(measures) else None
         if t is not None:
@@ -254,6 +258,8 @@ def render_markdown(exp: Experiment, result: ReportResult, cfg: AnalysisConfig, 
         if name == SWEEP_FIGURE.get(x or "") and f"sweep_{x}" in result.skipped:
             md += [f"> {result.skipped[f'sweep_{x}']}", ""]
 
+    if "along" in t:
+        md += [f"## {t['along'].title}", "", t["along"].markdown(short=True), "", "Files: `along.md|csv|tex`.", ""]
     md += ["## Noise probe", ""]
     md += [t["noise_probe"].markdown(short=True), ""] if "noise_probe" in t else [f"> **Not available**: {result.skipped['noise_probe']}", ""]
     md += ["## Probability of improvement", ""]
