@@ -98,3 +98,4 @@ def test_r2_is_refused_on_a_dense_model_and_mapped_to_megatron_r2_on_verl():
         estimators.build(load(["estimator=r2"]).estimator).old_policy(Dense())
     r2 = estimators.get("r2")
     assert r2.needs.router and not r2.needs.replay and r2.verl.router_replay == "R2" and not r2.verl.bypass
+
