@@ -44,8 +44,8 @@ def geo_mean_log_ratio(logp_rec: Tensor, logp_roll: Tensor, mask: Tensor) -> Ten
 
 
 def geo_rs_keep(logp_rec: Tensor, logp_roll: Tensor, mask: Tensor, lower: float, upper: float) -> Tensor:
-    """[B, R]: 1 where the sequence's geometric-mean ratio g lies in [lower, upper], else 0 (times nothing: the
-    caller multiplies by the response mask)."""
+    """[B, R]: 1 where the sequence's geometric-mean ratio g lies in [lower, upper], else 0, on every position (the
+    caller multiplies it into the response mask)."""
     log_g = geo_mean_log_ratio(logp_rec, logp_roll, mask)
     keep = (log_g >= math.log(lower)) & (log_g <= math.log(upper))
     return keep.to(logp_rec.dtype).expand_as(logp_rec)

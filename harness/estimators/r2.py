@@ -17,7 +17,9 @@ the whole sequence; none is -1): as verl's Megatron R2, which records the routin
 old-log-prob pass and replays it in the update. A prompt position's routing reaches the response's log-probs
 through attention, so replaying only the response positions would let the prompt's routes move with the update.
 The last position (it predicts nothing) and padding are replayed too and read by nothing. The recompute needs
-no replay, so pi_old is recompute's bitwise. Refused on a dense model (``needs.router``).
+no replay, so pi_old is recompute's bitwise, and replaying its own routes at the old weights changes nothing (the
+trainer's context answers that request from its cache: one training forward, as recompute). Refused on a dense
+model (``needs.router``).
 On verl: Megatron ``actor.megatron.router_replay.mode=R2`` (``Verl.router_replay``; no
 ``enable_rollout_routing_replay``: the rollout's routes are not needed), so only on the megatron engine.
 """

@@ -99,3 +99,13 @@ def test_r2_is_refused_on_a_dense_model_and_mapped_to_megatron_r2_on_verl():
     r2 = estimators.get("r2")
     assert r2.needs.router and not r2.needs.replay and r2.verl.router_replay == "R2" and not r2.verl.bypass
 
+
+
+def test_replaying_the_recompute_routes_costs_no_second_forward(setup):
+    """The trainer's diagnostics ask for the recompute under the estimator's replay: for r2 that is the plain
+    recompute (bitwise, above), so the context answers it from its cache."""
+    cfg, policy, task, roll, mask = setup
+    ctx = _ctx(policy, cfg, task, roll, mask)
+    old = estimators.build(cfg.estimator).old_policy(ctx)
+    assert ctx.recompute(old.replay) is ctx.recompute()
+    assert ctx.recompute(old.replay.clone()) is not ctx.recompute()  # any other replay is a forward of its own

@@ -1,4 +1,5 @@
-"""TIS, MIS and IcePop weights equal verl's own ``rollout_corr_helper`` on the same random tensors."""
+"""TIS, MIS and IcePop weights, and the Geo-RS mask, equal verl's own ``rollout_corr_helper`` on the same random
+tensors."""
 import pytest
 import torch
 
