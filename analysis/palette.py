@@ -3,7 +3,7 @@
 Each estimator has a fixed base colour and line style, declared in its module (``harness.estimators``,
 its ``style``: a name of :data:`COLOURS`, matplotlib's tab10 in the spirit of the KwaiKAT figures -
 recompute blue, mean_n orange, rollout green, r3 red, tis purple - and, tab10 being used up, navy
-(``gmpo_rs``) and teal (``mean_n_tis``); tab10's gray is no estimator's: it is the colour of an unknown
+(``gmpo_rs``), teal (``mean_n_tis``), lime (``geo_rs``) and magenta (``r2``); tab10's gray is no estimator's: it is the colour of an unknown
 group and of the reference arms of the small multiples). Every registered estimator has its own colour
 (``tests/analysis/test_palette.py``). The variants of one estimator
 (``mean_n(n=1)`` .. ``mean_n(n=16)``, ``tis(C=2,token)`` ..) are shades of that colour from light to
@@ -31,8 +31,9 @@ TAB10 = {
     "blue": "#1f77b4", "orange": "#ff7f0e", "green": "#2ca02c", "red": "#d62728", "purple": "#9467bd",
     "brown": "#8c564b", "pink": "#e377c2", "gray": "#7f7f7f", "olive": "#bcbd22", "cyan": "#17becf",
 }
-#: the colours an estimator's ``style`` may name: tab10 but gray, and two more far (CIELAB) from all of them
-COLOURS = {**{k: v for k, v in TAB10.items() if k != "gray"}, "navy": "#000080", "teal": "#1b9e77"}
+#: the colours an estimator's ``style`` may name: tab10 but gray, and four more far (CIELAB) from all of them
+COLOURS = {**{k: v for k, v in TAB10.items() if k != "gray"}, "navy": "#000080", "teal": "#1b9e77",
+           "lime": "#7fff00", "magenta": "#ff00ff"}
 #: colours for estimators the registry does not know, in turn (then gray)
 SPARE = {"violet": "#b000b5", "gold": "#e6ab02"}
 UNKNOWN_COLOUR = TAB10["gray"]

@@ -86,7 +86,7 @@ CATALOGUE: dict[str, str] = {
     IS_WEIGHT_MAX: "max of that weight (its tail)",
     IS_ESS: ("normalised effective sample size (sum w)^2 / (N sum w^2) of that weight over the estimator's N tokens "
              "(its mask; zero weights count in N); 0 without tokens or weight mass"),
-    IS_MASKED_FRAC: "share of response tokens the estimator masked (MIS, IcePop)",
+    IS_MASKED_FRAC: "share of response tokens the estimator masked (MIS, Geo-RS, IcePop)",
     MOE_ROUTING_FLIP_RATE: "share of tokens whose top-k set differs between rollout and training, any layer",
     MOE_ROUTER_KL: "KL(router_rollout || router_train), mean over tokens and layers",
     MOE_REPLAY_COVERAGE: "multi-turn tasks: share of the positions whose routing R3 replays (every processed "

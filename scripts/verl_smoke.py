@@ -73,7 +73,7 @@ def overrides(estimator: str, model: Path, work: Path, gpus: int, multi_turn: bo
               "verl.parallel.rollout_tp=1", "verl.parallel.gpu_memory_utilization=0.3",
               "verl.parallel.max_token_len_per_gpu=2048", *(MULTI_TURN if multi_turn else ())]
     needs = registry.get(estimator).needs
-    if needs.replay:  # Megatron's router replay
+    if needs.replay or registry.get(estimator).verl.router_replay:  # Megatron's router replay (R3, R2)
         return [*common, "model=qwen3_30b_a3b", "verl.parallel.tp=1", "verl.parallel.ep=1", "verl.parallel.etp=1",
                 "verl.parallel.cpu_adam=false"]
     extra = [f"estimator.{needs.passes}=2"] if needs.passes else []  # fewer inference passes, for one GPU

@@ -5,7 +5,8 @@ estimator's default spec; ``tests/golden/curves.json`` every metric of 3 tiny tr
 (as ``float.hex``; a metric added later may appear beside them). Both were written by ``tests/golden/make_*.py``
 on the code before the redesign; issue 15 regenerated the ``deterministic`` entries on purpose (its meaning
 changed: noise removed; the old meaning is ``deterministic(frozen)``, pinned to the old curve); issue 29 regenerated both files on purpose for local numerics version 4 (keyed random
-numbers, split-K selected per row: every local signature carries the version, every curve moved). A change
+numbers, split-K selected per row: every local signature carries the version, every curve moved); issue 31 added
+the entries of ``geo_rs`` and ``r2`` (new estimators: every other entry of both files unchanged, bitwise). A change
 that alters a signature would orphan every run in the stores; one that alters a curve must bump
 ``harness.backends.local.identity.LOCAL_NUMERICS`` and regenerate the golden files on purpose.
 

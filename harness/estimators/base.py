@@ -58,6 +58,7 @@ class PolicyForward:
     router_logp: Optional[Tensor] = None  # [B, R, L, E] log router probs at the predicting positions
     selected: Optional[Tensor] = None  # [B, R, L, k] experts used at the predicting positions
     entropy: Optional[Tensor] = None  # [B, R]
+    routes: Optional[Tensor] = None  # [B, T, L, k] experts used at every position of the sequence (r2's replay)
 
 
 @dataclass
@@ -136,11 +137,15 @@ class Verl:
     bypass: bool = False  # rollout_correction.bypass_mode: pi_old := the rollout log-prob, no actor forward
     #: rollout_correction fields beyond the defaults (IS weight, rejection sampling), from the Params
     correction: Optional[Callable[[Any], dict[str, Any]]] = None
+    #: with a ``correction``: verl computes an IS weight (``rollout_is``); False: rejection sampling only (geo_rs)
+    is_weight: bool = True
     agent_loop: Optional[str] = None  # the rollout's agent loop (registered by our plugins)
     #: its multi-turn variant on verl's ToolAgentLoop, used when the spec sets ``verl.tools``; an estimator with
     #: an ``agent_loop`` but no ``tool_agent_loop`` is refused there (ConfigError), never run single-turn
     tool_agent_loop: Optional[str] = None
     loss_mode: str = "vanilla"  # actor.policy_loss.loss_mode
+    #: Megatron's ``router_replay.mode`` the estimator needs beyond ``needs.replay`` (R3): "R2" (r2), or None
+    router_replay: Optional[str] = None
     env: Optional[Callable[[Any], dict[str, str]]] = None  # the workers' environment, from the Params
     harness: Optional[Callable[[Any], dict[str, Any]]] = None  # ``+harness.<k>`` keys read by our plugins
     #: verl metric -> harness metric, beyond those every (bypass / decoupled / weighted) run maps
@@ -150,7 +155,7 @@ class Verl:
     @property
     def weighted(self) -> bool:
         """verl computes an IS weight (``rollout_is``) for this estimator."""
-        return self.correction is not None
+        return self.correction is not None and self.is_weight
 
 
 class Estimator:

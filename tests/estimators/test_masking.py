@@ -22,6 +22,7 @@ ADV = T([[1.0], [-1.0]])
 ROUTED = torch.zeros(2, 9, 2, 1, dtype=torch.long)  # [B, T, L, k]: prompt 5 + response 4
 ROUTER = torch.log_softmax(torch.arange(2 * 4 * 2 * 3, dtype=torch.float).view(2, 4, 2, 3) / 7, -1)
 SELECTED = torch.zeros(2, 4, 2, 1, dtype=torch.long)
+OWN_ROUTES = torch.ones(2, 9, 2, 1, dtype=torch.long)  # the recompute's routes, every position (r2's replay)
 
 
 class Ctx:
@@ -33,7 +34,7 @@ class Ctx:
 
     def recompute(self, replay=None):
         self.replays.append(replay)
-        return PolicyForward(self._rec, router_logp=ROUTER, selected=SELECTED)
+        return PolicyForward(self._rec, router_logp=ROUTER, selected=SELECTED, routes=OWN_ROUTES)
 
     def score(self, n):
         return self._scores[:n]
@@ -46,6 +47,7 @@ CASES = {
     "deterministic": ({"noise": "removed"}, [[1, 1, 0, 0], [1, 0, 1, 1]], M, ROLL, 0.2),
     "recompute": ({}, [[1, 1, 0, 0], [1, 0, 1, 1]], M, REC, 0.2),
     "r3": ({}, [[1, 1, 0, 0], [1, 0, 1, 1]], M, REC, 0.2),
+    "r2": ({}, [[1, 1, 0, 0], [1, 0, 1, 1]], M, REC, 0.2),
     "rais": ({"gamma_min": 0.8}, [[1, 1, 0, 0], [1, 0, 1, 1]], M, REC, 0.2),
     # GMPO: -(1/B) sum_i S_i A_i with S_i = 1 at ratio 1 (routing unchanged): -(1 - 1) / 2
     "gmpo_rs": ({"gamma_min": 0.8, "log_clip": 0.4}, [[1, 1, 0, 0], [1, 0, 1, 1]], M, REC, 0.0),
@@ -67,6 +69,10 @@ CASES = {
                          -((2 + 0.25) - (2 + 0.5 + 2)) / 5),
     "mean_n_tis_sequence": ({"n": 2, "clip_c": 2.0, "level": "sequence"}, [[0.5, 0.5, 0, 0], [2, 0, 2, 2]], M, REC,
                             -((0.5 + 0.5) - 6) / 5),
+    # geometric means over the policy tokens: row 0 (2 * 1/4)^(1/2) = 0.71 in [0.5, 1.2], row 1 (3 * 1/2 * 2)^(1/3)
+    # = 1.44 above: rejected whole (leaves the denominator); weight 1
+    "geo_rs": ({"lower": 0.5, "upper": 1.2}, [[1, 1, 0, 0], [0, 0, 0, 0]], T([[1.0, 1, 0, 0], [0, 0, 0, 0]]), REC,
+               -(1 + 1) / 2),
     # the band [1/2, 5]: 1/4 gets weight 0 but stays in the denominator
     "icepop": ({"alpha": 0.5, "beta": 5.0}, [[2, 0, 0, 0], [3, 0, 0.5, 2]], M, REC, -(2 - (3 + 0.5 + 2)) / 5),
 }
@@ -96,6 +102,8 @@ def test_each_estimator_weights_masks_and_loss_by_hand(case):
     assert math.isclose(got.item(), loss, rel_tol=1e-6, abs_tol=1e-7), (got.item(), loss)
     if case == "r3":
         assert ctx.replays and ctx.replays[0] is ROUTED  # every position's routing is replayed
+    if case == "r2":  # its own recompute (no replay), whose routes are replayed in the update
+        assert ctx.replays == [None] and old.replay is OWN_ROUTES
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -13,7 +13,7 @@ for path in sorted(glob.glob("sweeps/*.yaml")):
         print("skip", path, e, file=sys.stderr); continue
     for r in runs:
         out[f"{path}|{' '.join(r.overrides)}"] = r.cfg.signature
-for name in ["rollout","recompute","tis","mis","icepop","r3","mean_n","rais","deterministic","mean_n_tis","gmpo_rs"]:
+for name in ["rollout","recompute","tis","mis","icepop","r3","mean_n","rais","deterministic","mean_n_tis","gmpo_rs","geo_rs","r2"]:
     cfg = load([f"estimator={name}"])
     out[f"default|estimator={name}"] = cfg.signature
 out["default|estimator=deterministic estimator.noise=frozen"] = load(["estimator=deterministic", "estimator.noise=frozen"]).signature

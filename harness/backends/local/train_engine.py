@@ -151,6 +151,7 @@ def response_view(out: TrainOutput, tokens: Tensor, prompt_len: int, with_entrop
         router_logp=torch.log_softmax(out.router_logits[:, pred], dim=-1),
         selected=out.selected[:, pred],
         entropy=entropy,
+        routes=out.selected,
     )
 
 

@@ -71,6 +71,9 @@ class OldPolicyContext:
         self._scores: Tensor | None = scores  # already scored on the rollout side (trainer.overlap: overlap.py)
 
     def recompute(self, replay: Tensor | None = None) -> PolicyForward:
+        plain = self._recompute.get(False)
+        if plain is not None and replay is not None and replay is plain.routes:
+            return plain  # its own routes replayed (r2): the same forward, bitwise (tests/estimators/test_r2.py)
         key = replay is not None
         if key not in self._recompute:
             self._recompute[key] = self.train.logprobs(self.roll.tokens, self.prompt_len, replay)

@@ -309,7 +309,8 @@ def _trainer(cfg: "RunConfig") -> None:
 def _routing_metrics(cfg: "RunConfig") -> None:
     """``verl.routing_metrics``: verl records training routes (R2) on megatron only, for a MoE model, in the
     old-log-prob pass (none in bypass mode; R3 replays the rollout's); R2 replays them in the update, which is the
-    routing the update computes itself only when it runs once on the pre-update weights."""
+    routing the update computes itself only when it runs once on the pre-update weights (unless the estimator asks
+    for that replay: r2)."""
     from harness import estimators
 
     v, e, tr, key = cfg.verl, cfg.estimator, cfg.trainer, "verl.routing_metrics"
@@ -321,7 +322,7 @@ def _routing_metrics(cfg: "RunConfig") -> None:
     _require(not estimators.get(e.name).needs.replay and not estimator_mapping(cfg).bypass, key,
              f"estimator {e.name} has no training routes to compare: r3 replays the rollout's, a bypass estimator "
              "skips the old-log-prob pass (verl refuses R2 in bypass mode)")
-    _require(tr.num_minibatches == 1 and tr.ppo_epochs == 1, key,
+    _require(estimator_mapping(cfg).router_replay == "R2" or (tr.num_minibatches == 1 and tr.ppo_epochs == 1), key,
              "R2 replays the old-log-prob pass's routing in the update: set trainer.num_minibatches=1 and "
              f"trainer.ppo_epochs=1 (got {tr.num_minibatches}, {tr.ppo_epochs}) so that it is the update's own")
 

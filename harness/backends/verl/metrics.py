@@ -18,7 +18,7 @@ training/rollout_probs_diff_mean    mismatch/prob_diff_mean          decoupled e
 rollout_corr/rollout_is_mean        is/weight_mean                   tis, mis, icepop
 rollout_corr/rollout_is_max         is/weight_max                    token-level weights only
 rollout_corr/rollout_is_eff_sample_size  is/ess                      tis, mis, icepop
-rollout_corr/rollout_rs_masked_fraction  is/masked_frac              mis
+rollout_corr/rollout_rs_masked_fraction  is/masked_frac              mis, geo_rs
 rollout_corr/rollout_is_oob_ratio   is/masked_frac                   icepop
 timing_s/gen                        time/rollout_s                   always (mean_n's re-scoring too)
 timing_s/old_log_prob               time/old_logprob_s               always
@@ -36,7 +36,7 @@ mean_n) have no ``rollout_corr/*`` since verl skips the training forward for the
 
 The "when" column follows each estimator's declaration (``harness.estimators``): decoupled = not
 ``verl.bypass`` (r3 too); "old=rec" rows and the prob_diff rows = decoupled without ``needs.replay``;
-tis, mis, icepop = ``verl.weighted``; the mis and icepop rows are their own ``verl.metrics``.
+tis, mis, icepop = ``verl.weighted``; the mis, geo_rs and icepop rows are their own ``verl.metrics``.
 """
 from __future__ import annotations
 

@@ -187,10 +187,13 @@ def _actor(cfg: RunConfig) -> Items:
 
 def router_replay_mode(cfg: RunConfig) -> str:
     """Megatron's ``router_replay.mode``: R3 (replay the rollout's routing) for an estimator that needs it, R2
-    (record the training routes in the old-log-prob pass, replay them in the update) with ``verl.routing_metrics``,
-    else disabled."""
+    (record the training routes in the old-log-prob pass, replay them in the update) for an estimator whose mapping
+    asks for it (r2) or with ``verl.routing_metrics``, else disabled."""
     if estimators.get(cfg.estimator.name).needs.replay:
         return "R3"
+    own = estimator_mapping(cfg).router_replay
+    if own is not None:
+        return own
     return "R2" if cfg.verl.routing_metrics else "disabled"
 
 

@@ -83,3 +83,21 @@ def test_noise_shows_in_the_variance_term_and_a_bias_in_the_bias_term():
     assert var > 3 * bias > 0
     bias, var = _bias_and_var("inference.bias_delta=0.3", "seed=1")
     assert bias > 1000 * var > 0
+
+
+def test_a_float16_inference_run_trains_end_to_end():
+    """``inference.dtype=float16`` through the trainer: the rollout, scorings and diagnostics in float16, finite."""
+    import math
+
+    from harness.backends.local.trainer import LocalTrainer
+    from harness.spec import load
+
+    tiny = ["trainer.steps=2", "trainer.prompts_per_step=4", "trainer.group_size=4", "trainer.num_minibatches=2",
+            "task.warmstart.max_steps=3", "task.warmstart.batch_size=8", "diagnostics.noise_passes=2"]
+    cfg = load(["estimator=geo_rs", "inference.dtype=float16", *tiny])
+    torch.manual_seed(0)
+    tr = LocalTrainer(cfg, torch.device("cpu"))
+    assert tr.infer.dtype == torch.float16
+    for _ in range(cfg.trainer.steps):
+        m = tr.run_step()
+        assert all(math.isfinite(v) for k, v in m.items() if not k.startswith("moe/replay")), m

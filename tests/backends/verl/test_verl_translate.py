@@ -73,7 +73,7 @@ def test_overrides_compose_with_verl_and_pass_its_validation(spec, estimator, mo
     assert r.full_determinism is needs.deterministic
     assert r.enable_rollout_routing_replay is needs.replay
     if a.strategy == "megatron":
-        assert a.megatron.router_replay.mode == ("R3" if needs.replay else "disabled")
+        assert a.megatron.router_replay.mode == ("R3" if needs.replay else mapping.router_replay or "disabled")
     assert get_policy_loss_fn(actor.policy_loss.loss_mode) is not None
     assert actor.policy_loss.loss_mode == mapping.loss_mode
     assert r.agent.default_agent_loop in _agent_loop_registry
@@ -82,8 +82,10 @@ def test_overrides_compose_with_verl_and_pass_its_validation(spec, estimator, mo
     assert vc.trainer.use_v1 is False  # verl's legacy trainer: its denominator is the harness's (issue 14)
     if rc.rollout_is is not None:
         _parse_rollout_is_threshold(rc.rollout_is_threshold)
-    if not mapping.weighted:
+    if mapping.correction is None:
         assert rc.rollout_is is None and rc.rollout_rs is None
+    if not mapping.weighted:
+        assert rc.rollout_is is None
     # the shipped mappings, pinned (bypass: pi_old from the rollout, no training forward)
     assert rc.bypass_mode is (estimator in ("rollout", "deterministic", "mean_n"))
     if estimator == "mean_n":
@@ -103,6 +105,11 @@ def test_overrides_compose_with_verl_and_pass_its_validation(spec, estimator, mo
         assert vc.harness.mean_n == 8 and r.agent.default_agent_loop == "harness_mean_n"
     if estimator == "icepop":
         assert (rc.rollout_is, rc.rollout_is_threshold) == ("token", "0.5_5.0")
+    if estimator == "geo_rs":  # verl's decoupled_geo_rs: k1 = -log ratio, so the band on g is inverted
+        assert (rc.rollout_is, rc.rollout_rs) == (None, "seq_mean_k1")
+        assert rc.rollout_rs_threshold == f"{1 / 1.02!r}_{1 / 0.98!r}"
+    if estimator == "r2":  # Megatron records its own routes in the old-log-prob pass, replays them in the update
+        assert a.megatron.router_replay.mode == "R2" and not r.enable_rollout_routing_replay
 
     # the shared spec: GRPO batch geometry, sampler, loss
     assert vc.algorithm.adv_estimator == "grpo" and vc.algorithm.norm_adv_by_std_in_grpo
@@ -368,3 +375,28 @@ def test_moe_router_runs_in_fp32_on_megatron_as_verls_own_recipe(spec):
     vc = translate.verl_config(spec("estimator=tis", MOE, "verl.extra_overrides=['actor_rollout_ref.actor.megatron."
                                     "override_transformer_config.moe_router_dtype=fp64']"), check=False)
     assert vc.actor_rollout_ref.actor.megatron.override_transformer_config.moe_router_dtype == "fp64"
+
+
+def test_geo_rs_band_reaches_verl_inverted_and_float16_rollouts_compose(spec):
+    """geo_rs's band [lower, upper] on the geometric-mean ratio g is verl's seq_mean_k1 threshold on exp(k1) = 1/g;
+    inference.dtype=float16 is vLLM's rollout dtype (the fp16 arm), through verl's own validation."""
+    from verl.trainer.ppo.rollout_corr_helper import _parse_rollout_rs_thresholds
+
+    vc = translate.verl_config(spec("estimator=geo_rs", MOE, "estimator.lower=0.5", "estimator.upper=1.25"))
+    rc = vc.algorithm.rollout_correction
+    assert (rc.rollout_is, rc.rollout_rs, rc.rollout_rs_threshold) == (None, "seq_mean_k1", "0.8_2.0")
+    assert _parse_rollout_rs_thresholds(["seq_mean_k1"], rc.rollout_rs_threshold)["seq_mean_k1"] == {
+        "lower": 0.8, "upper": 2.0}
+    for dtype in ("float16", "bfloat16"):
+        vc = translate.verl_config(spec("estimator=tis", MOE, f"inference.dtype={dtype}"))
+        assert _verl_checks(vc)["rollout"].dtype == dtype
+
+
+def test_r2_replays_megatrons_own_routes_in_any_update_geometry(spec):
+    """r2 is Megatron's R2 whatever the minibatches (the replay is the point); with verl.routing_metrics too (the
+    one-update rule of the routing metrics exists for the estimators that must not replay)."""
+    for extra in ([], ["verl.routing_metrics=true"]):
+        vc = translate.verl_config(spec("estimator=r2", MOE, *extra))
+        _verl_checks(vc)
+        assert vc.actor_rollout_ref.actor.megatron.router_replay.mode == "R2"
+        assert vc.algorithm.rollout_correction.bypass_mode is False  # verl's R2 records in the old-log-prob pass
