@@ -32,7 +32,7 @@ study: install
 	$(PY) -m harness.sweep sweeps/pilot_v3.yaml launcher=local --wait
 	$(PY) -m analysis report --experiment pilot_v3 --out docs/results/pilot_v3
 	bash scripts/run_study_v3.sh
-	for e in v3_sparse v3_bias; do \
+	for e in v3_sparse v3_bias v3_engines; do \
 	  $(PY) -m analysis report --experiment $$e --x n --out docs/results/$$e && \
 	  $(PY) -m analysis export --experiment $$e --metrics $(V3_METRICS) --out docs/results/$$e/histories.json.gz; \
 	done
