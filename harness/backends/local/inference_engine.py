@@ -81,6 +81,9 @@ class InferenceEngine(Decoding, MultiTurn, Scoring, Sampling, Noise, Forward):
         # a CPU scores a pack of more than this many rows seed by seed (cache-sized, the same numbers:
         # inference.scoring); a GPU always in one forward (None)
         self.score_rows: int | None = CPU_SCORE_ROWS if self.device.type == "cpu" else None
+        # a CPU reads each call's split-K factors back and computes only the sums in use (the same numbers:
+        # kernels._Call.in_use); a GPU selects among all three per row, without waiting for the device
+        self.host_splits = self.device.type == "cpu"
         self.step = 0  # the counter's first word (begin_step)
         self._calls: dict[str, int] = {}  # calls made in this step, per stream of their own ("" the others)
         # fixed projections [S, d, *]: the deterministic mode's stand-in for fresh noise
@@ -104,7 +107,8 @@ class InferenceEngine(Decoding, MultiTurn, Scoring, Sampling, Noise, Forward):
     def _call(self, groups: int = 1, stream: str | None = None) -> _Call:
         """A fresh engine call of ``groups`` passes per seed: the next call number, its draws keyed by this
         engine's seeds and step (from ``stream`` only, when given)."""
-        return _Call(self.cfg, self.seeds, self.step, self._next_call(stream), groups, self.r, stream)
+        return _Call(self.cfg, self.seeds, self.step, self._next_call(stream), groups, self.r, stream,
+                     self.host_splits)
 
     # ------------------------------------------------------------------ weights (as weight sync)
     def load_weights(self, policy: "Policy | PolicyPack") -> None:

@@ -8,6 +8,7 @@ through their own forward code paths, as Megatron and vLLM do.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -28,6 +29,14 @@ def rope_tables(positions: Tensor, head_dim: int, theta: float) -> tuple[Tensor,
     inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
     ang = positions.float()[:, None] * inv[None, :]  # [T, hd/2]
     return ang.cos(), ang.sin()
+
+
+@functools.lru_cache(maxsize=128)
+def rope_range(start: int, length: int, head_dim: int, theta: float, device: torch.device) -> tuple[Tensor, Tensor]:
+    """``rope_tables`` of positions start..start+length-1, cached (the engines ask for the same few every step; the
+    same call, so the same numbers). Read only; ordinary tensors even when first asked for in inference mode."""
+    with torch.inference_mode(False):
+        return rope_tables(torch.arange(start, start + length, device=device), head_dim, theta)
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:

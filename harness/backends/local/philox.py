@@ -13,17 +13,25 @@ on any device, and a resumed run needs only its step counter. Philox4x32-10 is S
 the reference implementation's published known-answer vectors (Random123's ``kat_vectors``;
 ``tests/backends/local/test_philox.py``) and passes uniformity and independence tests there.
 
-Arithmetic: 32-bit words are held in int64 tensors (values in [0, 2**32)); the 32 x 32 -> 64-bit products Philox
-needs are formed from 16-bit halves so that no intermediate exceeds 2**63 (torch has no uint64 multiply on every
-device). Each call is a fixed sequence of about 150 tensor operators whatever the number of seeds or elements.
-The inference engine draws every random number here (local numerics version 4: ``harness.backends.local.inference``);
-the trainer's own draws (prompts, minibatch shuffles) still come from one ``torch.Generator`` per seed and stream.
+Arithmetic: 32-bit words are held in int64 tensors (values in [0, 2**32)). A 32 x 32 -> 64-bit product is one
+int64 multiply: it wraps modulo 2**64 (two's complement, on every device), which keeps the low word exact and the
+high word in bits 32..63 (an arithmetic shift and a mask read it; ``_rounds`` masks once per round, after the
+xors). The counter words shared by a whole draw (step, call, draw number) and the key's stream word stay Python
+ints or small tensors, so the first rounds run mostly on scalars; the layout of a call's draws is built on the host
+and cached. Each evaluation is a fixed sequence of about 110 tensor operators (and a few per draw to convert its
+words) whatever the number of seeds or elements, and several calls' draws can share one (``draws`` with a call per
+spec: a rollout's).
+Every random number of the local backend is drawn here (local numerics version 4): the inference engine's
+(``harness.backends.local.inference``) and the trainer's (prompts: ``KeyedInts``, minibatch shuffles:
+``permutation``).
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -36,50 +44,100 @@ STREAMS = {"sample": 1, "noise": 2, "combine": 3, "split": 4, "shuffle": 5, "sco
            "test": 99}
 
 
-def _mulhilo(a: Tensor, m: int) -> tuple[Tensor, Tensor]:
-    """``(hi, lo)`` 32-bit words of the 64-bit product ``a * m`` (``a`` in [0, 2**32), ``m`` a 32-bit constant)."""
-    m_hi, m_lo = m >> 16, m & 0xFFFF
-    p_lo = a * m_lo  # < 2**48
-    p_hi = a * m_hi  # < 2**48; a * m = p_hi * 2**16 + p_lo
-    t = (p_hi & 0xFFFF) * 65536 + p_lo  # < 2**49
-    return (p_hi >> 16) + (t >> 32), t & MASK32
+def _mulhilo(a: "int | Tensor", m: int) -> tuple["int | Tensor", "int | Tensor"]:
+    """``(hi, lo)`` 32-bit words of the 64-bit product ``a * m`` (``a`` in [0, 2**32), ``m`` a 32-bit constant). A
+    Python int gives both exactly. A tensor gives them in their low 32 bits only: its int64 product wraps modulo
+    2**64 and the arithmetic shift keeps the high word in the low 32 bits, with the sign above; ``_rounds`` masks."""
+    p = a * m
+    if isinstance(p, int):
+        return p >> 32, p & MASK32
+    return p >> 32, p
+
+
+def _xor3(a: "int | Tensor", b: "int | Tensor", c: "int | Tensor") -> "int | Tensor":
+    """``(a ^ b ^ c) & MASK32``, the Python ints combined first (one scalar operand for the tensors)."""
+    ints = [x for x in (a, b, c) if isinstance(x, int)]
+    out = None
+    for x in (a, b, c):
+        if not isinstance(x, int):
+            out = x if out is None else out ^ x
+    s = 0
+    for x in ints:
+        s ^= x
+    if out is None:
+        return s & MASK32
+    return (out ^ s if len(ints) else out) & MASK32
+
+
+def _schedule(k: "int | Tensor", weyl: int, rounds: int) -> list:
+    """The round keys k + r * weyl (mod 2**32), r = 0..rounds-1, of a key word (an int, or a tensor: one
+    evaluation for every round)."""
+    if isinstance(k, int):
+        return [(k + r * weyl) & MASK32 for r in range(rounds)]
+    r = torch.arange(rounds, dtype=torch.int64, device=k.device)
+    return list(((k[..., None] + r * weyl) & MASK32).unbind(-1))
+
+
+def _rounds(c: list, k0: "int | Tensor", k1: "int | Tensor", rounds: int) -> list:
+    """Philox4x32-``rounds`` of the counter words ``c`` (four) under the key words k0, k1: each word a Python int
+    or an int64 tensor of 32-bit values, broadcast against each other, so that a word shared by many counters
+    (the step, the call, a draw's number) stays a scalar and the first rounds run on small tensors. The four
+    output words: every value in [0, 2**32), bitwise the reference's (a wrapped tensor word's junk above bit 31
+    only ever reaches a xor before the mask)."""
+    c0, c1, c2, c3 = c
+    for k0r, k1r in zip(_schedule(k0, _W0, rounds), _schedule(k1, _W1, rounds)):
+        hi0, lo0 = _mulhilo(c0, _M0)
+        hi1, lo1 = _mulhilo(c2, _M1)
+        c0, c1, c2, c3 = _xor3(hi1, c1, k0r), lo1, _xor3(hi0, c3, k1r), lo0
+    return [c0, c1 & MASK32, c2, c3 & MASK32]
+
+
+def _stack(words: list, device: torch.device) -> Tensor:
+    """Four output words (ints or tensors) -> one int64 tensor [..., 4]."""
+    t = [torch.as_tensor(w, dtype=torch.int64, device=device) for w in words]
+    return torch.stack(torch.broadcast_tensors(*t), dim=-1)
 
 
 def philox4x32(counter: Tensor, key: Tensor, rounds: int = ROUNDS) -> Tensor:
     """Philox4x32-``rounds`` of ``counter`` [..., 4] under ``key`` [..., 2] (int64 tensors of 32-bit words,
-    broadcast against each other): four random 32-bit words per counter, [..., 4]. The round keys are formed
-    once for all rounds (key + r * Weyl increment, mod 2**32)."""
-    c0, c1, c2, c3 = (counter[..., i] for i in range(4))
-    r = torch.arange(rounds, dtype=torch.int64, device=key.device)
-    k0s = ((key[..., 0:1] + r * _W0) & MASK32).unbind(-1)
-    k1s = ((key[..., 1:2] + r * _W1) & MASK32).unbind(-1)
-    for k0, k1 in zip(k0s, k1s):
-        hi0, lo0 = _mulhilo(c0, _M0)
-        hi1, lo1 = _mulhilo(c2, _M1)
-        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
-    return torch.stack(torch.broadcast_tensors(c0, c1, c2, c3), dim=-1)
+    broadcast against each other): four random 32-bit words per counter, [..., 4]."""
+    return _stack(_rounds(list(counter.unbind(-1)), key[..., 0], key[..., 1], rounds), counter.device)
 
 
-def _counters(seeds: Tensor, stream: str, step: "int | Tensor", call: int, blocks: int, draw: int) -> tuple[Tensor, Tensor]:
-    """The counters [S, blocks, 4] (step, call, draw, 0..blocks-1) and keys [S, blocks, 2] (seed, stream) of one
-    draw of ``blocks`` blocks per seed."""
+@functools.lru_cache(maxsize=256)
+def _layout(parts: tuple) -> tuple:
+    """The counter and key words that vary along the blocks of draws ``parts`` ((blocks, call, draw, stream id),
+    ...) laid end to end: (call word, draw word, block word, stream key word), each an int when it is the same for
+    every block, else a host array [blocks in all] (cached: a call's plan repeats every step)."""
+    for blocks, _, _, _ in parts:
+        if blocks > MASK32:
+            raise ValueError(f"a draw of {4 * blocks} words exceeds the counter's block word (<= {4 * MASK32})")
+    counts = [p[0] for p in parts]
+
+    def word(i: int) -> "int | np.ndarray":
+        values = {p[i] & MASK32 for p in parts}
+        if len(values) == 1:
+            return values.pop()
+        return np.repeat(np.array([p[i] & MASK32 for p in parts], dtype=np.int64), counts)
+
+    return word(1), word(2), np.concatenate([np.arange(nb, dtype=np.int64) for nb in counts]), word(3)
+
+
+def _keyed_words(seeds: Tensor, step: "int | Tensor", parts: Sequence[tuple[int, int, int, str]]) -> Tensor:
+    """The words [S, 4 x blocks in all] of draws ``parts`` ((blocks, call, draw, stream), ...) laid end to end: for
+    each seed, the Philox words of key (seed, stream) at counters (step, call, draw, 0..blocks-1)."""
     device = seeds.device
-    if blocks > MASK32:
-        raise ValueError(f"a draw of {4 * blocks} words exceeds the counter's block word (<= {4 * MASK32})")
-    block = torch.arange(blocks, device=device, dtype=torch.int64).expand(seeds.shape[0], blocks)
-    step_t = torch.as_tensor(step, dtype=torch.int64, device=device).reshape(-1, 1).expand(seeds.shape[0], blocks)
-    counter = torch.stack([step_t & MASK32, torch.full_like(block, call & MASK32), torch.full_like(block, draw & MASK32),
-                           block], dim=-1)  # [S, blocks, 4]
-    key = torch.stack([seeds & MASK32, torch.full_like(seeds, STREAMS[stream])], dim=-1)[:, None, :]  # [S, 1, 2]
-    return counter, key.expand(seeds.shape[0], blocks, 2)
+    call, draw, block, stream = (w if isinstance(w, int) else torch.from_numpy(w).to(device)  # read only
+                                 for w in _layout(tuple((nb, c, d, STREAMS[st]) for nb, c, d, st in parts)))
+    c0 = step & MASK32 if isinstance(step, int) else (torch.as_tensor(step, device=device) & MASK32).reshape(-1, 1)
+    words = _rounds([c0, call, draw, block], (seeds & MASK32)[:, None], stream, ROUNDS)
+    return _stack(words, device).expand(seeds.shape[0], block.shape[0], 4).reshape(seeds.shape[0], -1)
 
 
 def bits(seeds: Tensor, stream: str, step: int | Tensor, call: int, n: int, draw: int = 0) -> Tensor:
     """``n`` random 32-bit words per seed, [S, n] int64: the words of key (seed, stream) at counters
     (step, call, draw, 0..ceil(n/4)-1). ``seeds`` [S] int64; ``step`` an int or a per-seed [S] tensor."""
-    blocks = (n + 3) // 4
-    counter, key = _counters(seeds, stream, step, call, blocks, draw)
-    return philox4x32(counter, key).reshape(seeds.shape[0], blocks * 4)[:, :n]
+    return _keyed_words(seeds, step, [((n + 3) // 4, call, draw, stream)])[:, :n]
 
 
 #: 32-bit words per number of each kind of draw (``draws``)
@@ -114,17 +172,17 @@ def _convert(kind: str, w: Tensor, n: int) -> Tensor:
     return u if kind == "uniform64" else -torch.log(-torch.log(u)).to(torch.float32)
 
 
-def draws(seeds: Tensor, step: int | Tensor, call: int, specs: Sequence[tuple[str, str, Sequence[int], int]]
-          ) -> list[Tensor]:
-    """Several draws of one call in one Philox evaluation: ``specs`` (kind, stream, shape, draw), kind in
-    ``WORDS`` (``uniform``: float32, ``uniform64``, ``normal``: float32, ``gumbel``: float32), -> one [S, *shape]
-    tensor per spec, bitwise what ``uniform``/``normal``/``gumbel`` give for the same arguments."""
+def draws(seeds: Tensor, step: int | Tensor, call: "int | Sequence[int]",
+          specs: Sequence[tuple[str, str, Sequence[int], int]]) -> list[Tensor]:
+    """Several draws in one Philox evaluation: ``specs`` (kind, stream, shape, draw), kind in ``WORDS``
+    (``uniform``: float32, ``uniform64``, ``normal``: float32, ``gumbel``: float32), of one ``call`` (or of the
+    calls ``call[i]``, one per spec), -> one [S, *shape] tensor per spec, bitwise what ``uniform``/``normal``/
+    ``gumbel`` give for the same arguments."""
+    calls = [call] * len(specs) if isinstance(call, int) else list(call)
     sizes = [(math.prod(shape), _words(kind, math.prod(shape))) for kind, _, shape, _ in specs]
     blocks = [(w + 3) // 4 for _, w in sizes]
-    parts = [_counters(seeds, stream, step, call, nb, draw) for (_, stream, _, draw), nb in zip(specs, blocks)]
-    counter = parts[0][0] if len(parts) == 1 else torch.cat([c for c, _ in parts], 1)
-    key = parts[0][1] if len(parts) == 1 else torch.cat([k for _, k in parts], 1)
-    words = philox4x32(counter, key).reshape(seeds.shape[0], -1)
+    words = _keyed_words(seeds, step, [(nb, c, draw, stream)
+                                       for (_, stream, _, draw), nb, c in zip(specs, blocks, calls)])
     out, at = [], 0
     for (kind, _, shape, _), (n, w), nb in zip(specs, sizes, blocks):
         out.append(_convert(kind, words[:, at:at + w], n).reshape(seeds.shape[0], *shape))

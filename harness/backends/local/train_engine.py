@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from harness.backends.local.grouped import GroupedMM, Layout
-from harness.backends.local.model import Policy, PolicyPack, apply_rope, rope_tables, stacked_weights
+from harness.backends.local.model import Policy, PolicyPack, apply_rope, rope_range, stacked_weights
 from harness.estimators.base import PolicyForward
 
 
@@ -94,7 +94,8 @@ def _experts(x: Tensor, selected: Tensor, gates: Tensor, w_gate: Tensor, w_up: T
     token = order // k
     w_gu = torch.cat([w_gate, w_up], -1).view(s_ * e, d, 2 * f)
     gu = GroupedMM.apply(x.index_select(0, token), w_gu, layout, row, seeds)  # [S N k, 2f]
-    h = F.silu(gu[:, :f]) * gu[:, f:]
+    g, u = gu.split(f, dim=1)  # one split: its backward is one cat (two slices' would zero-fill [S N k, 2f] twice)
+    h = F.silu(g) * u
     y = GroupedMM.apply(h, w_down.reshape(s_ * e, f, d), layout, row, seeds) * gates.reshape(-1)[order][:, None]
     return x.new_zeros(s_ * n, d).index_add(0, token, y)
 
@@ -108,7 +109,7 @@ def forward(model: Policy | PolicyPack, tokens: Tensor, replay: Tensor | None = 
         replay = None if replay is None else replay[None]
     cfg, w = model.cfg, stacked_weights(model)
     s_, b, t = tokens.shape
-    cos, sin = rope_tables(torch.arange(t, device=tokens.device), cfg.d_model // cfg.n_heads, cfg.rope_theta)
+    cos, sin = rope_range(0, t, cfg.d_model // cfg.n_heads, cfg.rope_theta, tokens.device)
     seeds = torch.arange(s_, device=tokens.device)[:, None, None]
     x = w["embed"][seeds, tokens]  # [S, B, T, d]
     router_logits, selected = [], []

@@ -196,6 +196,24 @@ def test_every_engine_call_makes_its_draws_in_one_philox_evaluation_and_a_seed_d
     assert not torch.equal(alone.score(roll1.tokens, task.prompt_len, 3), scores[1])
 
 
+def test_split_sums_read_back_on_the_host_give_bitwise_the_per_row_selection(setup):
+    """A CPU engine reads each call's split-K factors back and computes only the sums in use (``host``): bitwise
+    the per-row selection among all three, for one group (one factor) and for many (several)."""
+    from harness.backends.local.inference.kernels import SPLITS, _Call
+
+    cfg, _, _, _ = setup
+    gen = torch.Generator().manual_seed(1)
+    for seeds, groups in (([3], 1), ([5], 1), ([3, 4], 6)):
+        calls = [_Call(cfg.inference, torch.tensor(seeds), 2, 1, groups, host=host) for host in (False, True)]
+        x = calls[0].r(torch.randn(len(seeds) * groups, 5, 64, generator=gen))
+        w = calls[0].r(torch.randn(64, 32, generator=gen))
+        assert torch.equal(calls[0].mm(x, w), calls[1].mm(x, w))
+        big = calls[0].r(torch.randn(len(seeds) * groups, 2048, 64, generator=gen))  # factor by factor (gathered)
+        assert torch.equal(calls[0].mm(big, w), calls[1].mm(big, w))
+        assert calls[0].in_use() == SPLITS and calls[1].in_use() == tuple(sorted(set(calls[1].splits.tolist())))
+        assert len(calls[1].in_use()) == (1 if groups == 1 else 3)  # one factor alone; the gathering of several
+
+
 def test_the_engines_operator_count_does_not_grow_with_the_pack(setup):
     """A rollout and n scorings of a pack are one sequence of operators whatever its size (issue 29's
     device-independent check): no per-seed loop, no grouping of calls by split-K factor on the host."""
@@ -209,6 +227,7 @@ def test_the_engines_operator_count_does_not_grow_with_the_pack(setup):
         seeds = list(range(size))
         eng = InferenceEngine(PolicyPack.of([build_policy(cfg.model, s) for s in seeds]), icfg, seeds)
         eng.score_rows = None  # the batched path (a GPU's; a CPU scores large packs seed by seed, tested below)
+        eng.host_splits = False  # nor reads the split-K factors back (a CPU computes only the sums in use)
         eng.begin_step(0)
         with OpCount() as c:
             roll = eng.generate(prompts[None, :8].expand(size, -1, -1), task.answer_len)

@@ -18,7 +18,7 @@ from torch import Tensor
 from harness.backends.local.grouped import Layout, grouped
 from harness.backends.local.inference.kernels import _Call
 from harness.backends.local.inference.kv_cache import KVCache
-from harness.backends.local.model import rope_tables
+from harness.backends.local.model import rope_range
 
 
 class Forward:
@@ -128,7 +128,7 @@ class Forward:
         if not call.planned:
             call.prefetch(self._draw_plan(b, t, keep_from))  # the call's draws in one Philox evaluation
         h_, hd = mc.n_heads, mc.d_model // mc.n_heads
-        cos, sin = rope_tables(torch.arange(start, start + t, device=tokens.device), hd, mc.rope_theta)
+        cos, sin = rope_range(start, t, hd, mc.rope_theta, tokens.device)
         x = w["embed"][call.seed_of(tokens.device)[:, None, None], tokens].to(act)  # [G, B, t, d]
         router_logp, selected = [], []
         for li in range(mc.n_layers):

@@ -38,6 +38,9 @@ from harness.spec import InferenceConfig
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 SPLITS = (1, 2, 4)
 CHUNKS = 4  # K-chunks of the partial products: the largest split
+#: with ``host`` split-K factors, a product of at least this many rows (all groups) is computed factor by factor
+#: (``_Call._mm_by_split``: its groups gathered); a smaller one selects per row (fewer operators)
+GATHER_ROWS = 2048
 
 
 def rounder(dtype: torch.dtype):
@@ -53,8 +56,11 @@ class _Call:
     gives this call; ``stream``: None (each kind of draw from its own stream) or one stream for every draw."""
 
     def __init__(self, cfg: InferenceConfig, seeds: Tensor, step: int, call: int, groups: int = 1, rnd=None,
-                 stream: str | None = None):
+                 stream: str | None = None, host: bool = False):
         self.cfg, self.seeds, self.step, self.call, self.stream = cfg, seeds, step, call, stream
+        self.host = host  # read the split-K factors back to compute only the sums in use (a CPU: nothing to wait for)
+        self._in_use: tuple[int, ...] | None = None
+        self._by_split: dict[int, Tensor] | None = None
         self.per = groups
         self.groups = groups * seeds.shape[0]
         self.act = DTYPES[cfg.dtype]
@@ -95,11 +101,13 @@ class _Call:
         """Make the split-K draw (when not made yet) and the next draws ``plan`` [(kind, stream, shape)], in the
         order the forward will ask for them, in one Philox evaluation (``philox.draws``); ``uniform`` and
         ``normal`` then take them. The numbers are those of separate draws: a plan only saves operators."""
+        prefetch([self], [plan])
+
+    def _plan(self, plan: Sequence[tuple[str, str, Sequence[int]]]) -> list[tuple]:
+        """The draw specs of ``prefetch(plan)`` (the split-K draw first, when not made yet); marks the call planned."""
         self.planned = True
         specs = [] if not self.varies or self._splits is not None else [self._spec("uniform", "split", (), 0)]
-        specs += [self._spec(kind, stream, shape, self.draws + i) for i, (kind, stream, shape) in enumerate(plan)]
-        if specs:
-            self._ready.extend(zip(specs, philox.draws(self.seeds, self.step, self.call, specs)))
+        return specs + [self._spec(kind, stream, shape, self.draws + i) for i, (kind, stream, shape) in enumerate(plan)]
 
     def _take(self, kind: str, stream: str, shape: Sequence[int], draw: int) -> Tensor:
         """Draw ``draw`` of this call, [G, *shape]: prefetched, or made now."""
@@ -135,10 +143,45 @@ class _Call:
         w = w[None].expand(x.shape[0], -1, -1) if w.dim() == 2 else self.per_group(w)
         if x.shape[-1] % CHUNKS:
             return self._product(x, w)
-        splits = self.splits
-        sums = self._split_sums(self._partials(x, w), splits is not None)
-        out = sums[1] if splits is None else torch.where(self._is(1), sums[1], torch.where(self._is(2), sums[2], sums[4]))
+        in_use = self.in_use()
+        if len(in_use) > 1 and self.host and x.numel() // x.shape[-1] >= GATHER_ROWS:
+            return self._mm_by_split(x, w)
+        sums = self._split_sums(self._partials(x, w), in_use)
+        out = sums[in_use[-1]]
+        for split in in_use[-2::-1]:  # every split: where(split 1, s1, where(split 2, s2, s4))
+            out = torch.where(self._is(split), sums[split], out)
         return out.view(*x.shape[:-1], w.shape[-1])
+
+    def _mm_by_split(self, x: Tensor, w: Tensor) -> Tensor:
+        """``mm`` grouped on the host: the groups of each split-K factor gathered, multiplied and summed under that
+        factor only, and written to their rows (a group's product does not depend on the other groups': bitwise
+        the per-row selection, without the sums of the factors a row does not have)."""
+        x3 = x.reshape(x.shape[0], -1, x.shape[-1])
+        out = x3.new_empty(x3.shape[0], x3.shape[1], w.shape[-1], dtype=self.act)
+        for split, idx in self._groups().items():
+            q = self._partials(x3.index_select(0, idx), w.index_select(0, idx))
+            out.index_copy_(0, idx, self._split_sums(q, (split,))[split])
+        return out.view(*x.shape[:-1], w.shape[-1])
+
+    def _groups(self) -> dict[int, Tensor]:
+        """{split-K factor: the groups [n] that have it}, read back on the host."""
+        if self._by_split is None:
+            splits = self.splits.tolist()
+            self._by_split = {s: torch.tensor([g for g, f in enumerate(splits) if f == s], device=self.seeds.device)
+                              for s in self.in_use()}
+        return self._by_split
+
+    def in_use(self) -> tuple[int, ...]:
+        """The split-K factors whose sums ``mm`` computes: (1,) without a split draw; every one of ``SPLITS`` (the
+        rows select theirs on the device, no read-back); with ``host``, only those some group has (read back
+        once per call; the rows of a factor no group has are never selected, so the result is the same)."""
+        if self._in_use is None:
+            splits = self.splits
+            if splits is None:
+                self._in_use = (1,)
+            else:
+                self._in_use = tuple(sorted(set(splits.tolist()))) if self.host else SPLITS
+        return self._in_use
 
     def _is(self, split: int) -> Tensor:
         """[G, 1, 1]: which groups have split-K factor ``split``."""
@@ -157,20 +200,26 @@ class _Call:
         (M = the rows of x per group), from one batched matmul over G x CHUNKS."""
         g_, k, f = x.shape[0], x.shape[-1], w.shape[-1]
         c = k // CHUNKS
-        xs = x.float().reshape(g_, -1, CHUNKS, c).transpose(1, 2).reshape(g_ * CHUNKS, -1, c)
+        xs = x.reshape(g_, -1, CHUNKS, c).transpose(1, 2)
+        xs = torch.empty(xs.shape, dtype=torch.float32, device=x.device).copy_(xs)  # float32, chunk-major: one copy
+        xs = xs.view(g_ * CHUNKS, -1, c)
         return torch.bmm(xs, w.reshape(g_ * CHUNKS, c, f)).view(g_, CHUNKS, -1, f)
 
-    def _split_sums(self, q: Tensor, every: bool) -> dict[int, Tensor]:
-        """{split: the product [G, M, F] under that split-K factor} from the partials ``q`` [G, CHUNKS, M, F]
-        (module docstring); only split 1 unless ``every``."""
+    def _split_sums(self, q: Tensor, splits: Sequence[int]) -> dict[int, Tensor]:
+        """{split: the product [G, M, F] under that split-K factor} for each of ``splits``, from the partials ``q``
+        [G, CHUNKS, M, F] (module docstring; sums after the first in place, on fresh tensors only)."""
         act = self.act
         q0, q1, q2, q3 = q.unbind(1)
-        h = q0 + q1
-        out = {1: ((h + q2) + q3).to(act)}
-        if every:
-            out[2] = h.to(act) + (q2 + q3).to(act)  # a dtype add: rounded
+        out = {}
+        if 4 in splits:
             r0, r1, r2, r3 = q.to(act).unbind(1)
-            out[4] = ((r0 + r1) + r2) + r3
+            out[4] = (r0 + r1).add_(r2).add_(r3)
+        if 1 in splits or 2 in splits:
+            h = q0 + q1
+            if 2 in splits:
+                out[2] = h.to(act) + (q2 + q3).to(act)  # a dtype add: rounded
+            if 1 in splits:
+                out[1] = h.add_(q2).add_(q3).to(act)  # after split 2's use of h
         return out
 
     def mm_split(self, x: Tensor, w: Tensor, split: int) -> Tensor:
@@ -179,4 +228,19 @@ class _Call:
         w = w[None].expand(x.shape[0], -1, -1) if w.dim() == 2 else w
         if x.shape[-1] % CHUNKS:
             return self._product(x, w)
-        return self._split_sums(self._partials(x, w), True)[split].view(*x.shape[:-1], w.shape[-1])
+        return self._split_sums(self._partials(x, w), (split,))[split].view(*x.shape[:-1], w.shape[-1])
+
+
+def prefetch(calls: Sequence[_Call], plans: Sequence[Sequence[tuple[str, str, Sequence[int]]]]) -> None:
+    """``calls[i].prefetch(plans[i])`` for calls of the same seeds and step (a rollout's, known before it starts), in
+    one Philox evaluation: each draw is keyed by its own call's number, so the numbers are those of each call's own
+    prefetch (or of separate draws)."""
+    specs, owners = [], []
+    for call, plan in zip(calls, plans):
+        mine = call._plan(plan)
+        specs += mine
+        owners += [call] * len(mine)
+    if specs:
+        out = philox.draws(calls[0].seeds, calls[0].step, [c.call for c in owners], specs)
+        for call, spec, drawn in zip(owners, specs, out):
+            call._ready.append((spec, drawn))

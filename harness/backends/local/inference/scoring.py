@@ -45,7 +45,7 @@ class Scoring:
     def _score(self, tokens: Tensor, prompt_len: int, n: int, call_id: int, stream: str | None) -> Tensor:
         """The scorings [S, n, B, R] of pack tokens [S, B, T] as engine call number ``call_id``: one forward."""
         s_, b, t = tokens.shape
-        call = _Call(self.cfg, self.seeds, self.step, call_id, n, self.r, stream)
+        call = _Call(self.cfg, self.seeds, self.step, call_id, n, self.r, stream, self.host_splits)
         inputs = tokens[:, None, :, :-1].expand(s_, n, b, t - 1).reshape(s_ * n, b, t - 1)  # last: predicts nothing
         logits, _, _ = self._forward(call, inputs, 0, None, keep_from=prompt_len - 1)
         model_logp = self._model_logp(logits)
