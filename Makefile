@@ -1,7 +1,7 @@
 # The two commands of the README. Both install into .venv first (scripts/install.sh).
 PY := .venv/bin/python
 
-.PHONY: install install-test demo test probe bench bench-overlap results study stress calibrated agentic ablation20 clean verl-smoke verl-smoke-multi-turn verl-pass-variance gpu-engine-check gpu-engine-check-wheels verl-image verl-sif
+.PHONY: install install-test demo test probe bench bench-overlap results study stress bench-quoted calibrated agentic ablation20 clean verl-smoke verl-smoke-multi-turn verl-pass-variance gpu-engine-check gpu-engine-check-wheels verl-image verl-sif
 
 install:
 	bash scripts/install.sh
@@ -40,7 +40,14 @@ study: install
 
 # Everything the README and docs/results.md quote: the study (above), the numerics-3 stress tests (below), the
 # agentic section and the overlap benchmark behind the README's cost ratios (benchmarks/README.md).
-results: study stress agentic bench-overlap
+results: study stress agentic bench-overlap bench-quoted
+
+# the other step costs the README quotes: the pinned numerics' cost (recompute and mean_n(8)) and the seed-pack
+# scaling with its operator counts (docs/speed.md)
+bench-quoted: install-test
+	$(PY) benchmarks/numerics_cost.py
+	$(PY) benchmarks/numerics_cost.py estimator=mean_n estimator.n=8
+	$(PY) benchmarks/pack_scaling.py --device cpu --packs 1 8 --quick
 
 # docs/results.md, regenerated end to end (issues 6 and 15): the noise probes; issue 15's four sweeps at
 # KwaiKAT-calibrated noise (router sigma 0.1): the headline (every estimator), mean_n's n-sweep, the sampler arms
