@@ -46,7 +46,7 @@ results: study stress agentic bench-overlap
 # (raw vs processed log-probs) and the noise-vs-bias dose-response, fixed and KL-held along training; the sigma = 1 stress arm (the ablation, 10 seeds,
 # and its n-sweep, 5 seeds); the reports under docs/results/ and docs/results.md's generated tables. Runs already finished
 # in the store are skipped, so a rerun only fills what is missing. Every sweep also runs on Slurm (launcher=slurm).
-# Wall time from an empty store on 2 cores: docs/results.md, top.
+# Wall time from an empty store on 2 cores: docs/results.md, "Its cost is not met" (~5 h 10 min).
 PROBE := $(PY) -m harness.probe tracking.experiment=noise_probe
 stress: install
 	$(PROBE)
