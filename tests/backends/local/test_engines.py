@@ -348,3 +348,18 @@ def test_a_kl_held_scale_multiplies_the_sparse_noise_sigma_and_leaves_its_rows(s
     hit1, hith = d1.abs().amax(-1) > 1e-6, dh.abs().amax(-1) > 1e-6
     assert torch.equal(hit1, hith) and 0 < int(hit1.sum()) < hit1.numel()
     assert torch.allclose(dh[hit1], 0.5 * d1[hit1], atol=1e-4, rtol=1e-3)
+
+
+def test_on_the_bias_only_engine_mean_n_is_the_rollout_log_prob_bitwise(setup):
+    """Condition 2 of issue 31 (``v3_bias``: deterministic bf16, no noise): every scoring pass is the sampling pass's
+    log-prob bitwise, so mean_n's pi_old (the log-mean-exp of n identical passes) is ``rollout``'s: the two arms train
+    identically there and their contrast (H2) is a tie by construction, as mean_n's trend in n (H6)."""
+    from harness.estimators.mean_n import log_mean_prob
+
+    cfg, policy, task, prompts = setup
+    icfg = type(cfg.inference)(**{**cfg.inference.__dict__, "router_noise_sigma": 0.0, "deterministic": True})
+    eng = InferenceEngine(policy, icfg, 0)
+    eng.begin_step(0)
+    roll = eng.generate(prompts, task.answer_len)
+    passes = eng.score(roll.tokens, task.prompt_len, 8)
+    assert torch.equal(log_mean_prob(passes), roll.logp)
