@@ -25,8 +25,8 @@ probe: install
 # Issue 31's confirmatory study (docs/preregistration.md): the noise calibration, the regime pilot, the two
 # pre-registered conditions in blocks of 4 seeds (scripts/run_study_v3.sh, nice 19; finished runs are skipped, so a
 # rerun resumes), their reports and their per-step histories (the metrics the verdicts and the conservative-update
-# control read, docs/results/v3_*/histories.json.gz).
-V3_METRICS := reward/mean,reward/accuracy,policy/clipfrac,policy/update_norm,policy/grad_norm,policy/approx_kl,mismatch/k3,mismatch/rec_k3,mismatch/abs_diff,noise/var_rollout,moe/routing_flip_rate,is/weight_max,perturb/level
+# control read: a report from the file, `--from`, gives the same verdicts; docs/results/v3_*/histories.json.gz).
+V3_METRICS := reward/mean,reward/accuracy,policy/loss,time/step_s,is/masked_frac,policy/clipfrac,policy/update_norm,policy/grad_norm,policy/approx_kl,mismatch/k3,mismatch/rec_k3,mismatch/abs_diff,noise/var_rollout,moe/routing_flip_rate,is/weight_max,perturb/level
 study: install
 	$(PY) scripts/calibrate_sparse_noise.py --out docs/results/noise_v3/calibration.csv > docs/results/noise_v3/calibration.txt
 	$(PY) -m harness.sweep sweeps/pilot_v3.yaml launcher=local --wait
@@ -54,7 +54,7 @@ bench-quoted: install-test
 # (raw vs processed log-probs) and the noise-vs-bias dose-response, fixed and KL-held along training; the sigma = 1 stress arm (the ablation, 10 seeds,
 # and its n-sweep, 5 seeds); the reports under docs/results/ and docs/results.md's generated tables. Runs already finished
 # in the store are skipped, so a rerun only fills what is missing. Every sweep also runs on Slurm (launcher=slurm).
-# Wall time from an empty store on 2 cores: docs/results.md, top.
+# Wall time from an empty store on 2 cores: docs/results.md, "Its cost is not met" (~5 h 10 min).
 PROBE := $(PY) -m harness.probe tracking.experiment=noise_probe
 stress: install
 	$(PROBE)

@@ -80,7 +80,8 @@ def parser() -> argparse.ArgumentParser:
     pw.add_argument("--seeds", type=int, default=None, help="instead of solving for seeds: the power at this many")
     vd = sub.add_parser("verdicts", help="the report's verdicts from a per-run table (runs.csv) alone, no store")
     vd.add_argument("--runs", required=True, help="a report's runs.csv (label, seed, collapsed, final, auc, ...)")
-    vd.add_argument("--primary", action="append", default=[], metavar="A|B or trend:FAMILY")
+    vd.add_argument("--primary", action="append", default=[], metavar="A|B or trend:PATTERN",
+                    help="a primary contrast: two group labels 'A|B', or a trend named by its --trend pattern")
     vd.add_argument("--trend", action="append", default=[], metavar="PATTERN",
                     help="an ordered family to trend-test: the labels with one '*' for the level, e.g. 'mean_n(n=*)', "
                          "'recompute[router=*];recompute[none]=0' (a control arm at level 0)")

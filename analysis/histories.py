@@ -52,7 +52,7 @@ import numpy as np
 import pandas as pd
 
 from .load import (AnalysisError, Experiment, RunRecord, _load_histories, assemble, default_metrics,
-                   default_tracking_uri, load_experiment, store_records)
+                   default_tracking_uri, load_experiment, store_records, warn)
 
 FORMAT = "moe-rl-harness histories"
 VERSION = 1
@@ -104,7 +104,8 @@ def _run_json(record: RunRecord, histories: dict[str, dict[str, pd.Series]]) -> 
 def export(name: str, tracking_uri: str | None = None, path: str | Path = "", metrics: Sequence[str] | None = None,
            threads: int = 4) -> Exported:
     """Write experiment ``name`` of ``tracking_uri`` to ``path`` (ending in ``.json.gz``): every run, and the
-    full histories of ``metrics`` (default: every metric any run logged). Raises :class:`AnalysisError`."""
+    full histories of ``metrics`` (default: every metric any run logged; a chosen name no run logged is kept, with a
+    warning on stderr). Raises :class:`AnalysisError`."""
     path = Path(path)
     if not path.name.endswith(SUFFIX):
         raise AnalysisError(f"--out must be a file ending in {SUFFIX} (gzip-compressed JSON), got {str(path)!r}")
@@ -114,6 +115,10 @@ def export(name: str, tracking_uri: str | None = None, path: str | Path = "", me
         raise AnalysisError(f"experiment {name!r} in {tracking_uri} holds no runs to export")
     logged = sorted({m for r in records for m in r.latest})
     chosen = logged if metrics is None else sorted(dict.fromkeys(metrics))
+    never = [m for m in chosen if m not in set(logged)]
+    if never:  # a typo, or a metric these runs do not log (perturb/level: KL-held runs only): empty histories
+        warn(f"export {name!r}: no run logged {', '.join(never)}: the file holds no values of "
+             f"{'it' if len(never) == 1 else 'them'}")
     histories = _load_histories(client, [r.run_id for r in records], tuple(chosen), threads)
     head = {"format": FORMAT, "version": VERSION,
             "experiment": {"name": name, "experiment_id": exp.experiment_id, "tracking_uri": tracking_uri},

@@ -189,10 +189,18 @@ def primary_note(exp: Experiment, primary: Sequence[tuple], declared: dict | Non
     """What the primary contrasts are and whether they were declared before the experiment's first run."""
     import datetime as dt
 
+    from .verdict_tables import ordered_families
+
     names = "; ".join(f"{c[0]} vs {c[1]}" if c[0] != "trend" else f"trend {c[1]}" for c in primary)
     unknown = sorted({x for c in primary if c[0] != "trend" for x in c} - set(exp.labels))
     if unknown:
         names += f" [no group {', '.join(map(repr, unknown))} in this experiment: that contrast is not tested]"
+    trends = {c[1] for c in primary if c[0] == "trend"}
+    families = set(ordered_families(exp)) if trends and len(exp.runs) else set()
+    if trends - families:  # a trend names an ordered family (``family_name`` over x): none of that name, no test
+        have = ", ".join(sorted(families)) or "none"
+        names += (f" [no ordered family {', '.join(map(repr, sorted(trends - families)))} in this experiment "
+                  f"(families: {have}): that trend is not tested]")
     if declared is None:
         return f"primary contrasts given to the report ({names}): tested first, Holm among themselves; not " \
                "pre-registered (no declaration recorded before the runs)."

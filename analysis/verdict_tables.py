@@ -210,11 +210,17 @@ def verdicts_from_runs(path: str, cfg: AnalysisConfig, primary: Sequence[tuple],
         raise ConfigError(f"--primary: no group {unknown[0]!r} in {path}; groups: {', '.join(labels)}")
     if versus is not None and versus not in labels:
         raise ConfigError(f"--versus: no group {versus!r} in {path}; groups: {', '.join(labels)}")
+    families = trend_families_from_labels(labels, trends)
+    lost = [pr[1] for pr in primary if pr[0] == "trend" and pr[1] not in families]
+    if lost:  # here a family is named by its --trend pattern, not "<family> over <x>" as in a report
+        raise ConfigError(f"--primary 'trend:{lost[0]}': no --trend family of that name; here a trend is named by its "
+                          f"--trend pattern (--primary 'trend:mean_n(n=*)' with --trend 'mean_n(n=*)'); families: "
+                          f"{', '.join(families) or 'none'}")
     if "late" not in m and {"onset", "first_step", "last_step"} <= set(m.columns):
         span = m["last_step"] - m["first_step"]
         m["late"] = m["collapsed"] & (m["onset"] >= m["first_step"] + 0.9 * span)
     cs = verdicts(m, labels, None, alpha=cfg.alpha, min_seeds=cfg.min_seeds, endpoints=cfg.endpoint_list,
-                  primary=primary, trends=trend_families_from_labels(labels, trends), reps=cfg.bootstrap_reps,
+                  primary=primary, trends=families, reps=cfg.bootstrap_reps,
                   seed=cfg.seed, versus=versus)
     tables = [separation_table(cs, cfg), verdicts_table(cs, cfg)]
     note = (f"from {p} (per-run measures only): groups pair on seeds (one model and task per table assumed)"

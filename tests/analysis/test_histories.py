@@ -198,6 +198,10 @@ def test_cli_export_then_report_and_compare_from_the_file(mixed, tmp_path, capsy
     with gzip.open(few, "rt") as f:
         doc = json.load(f)
     assert doc["metrics"] == ["mismatch/k3", "reward/mean"] and doc["complete"] is False
+    capsys.readouterr()
+    assert main(["export", "-e", "mixed", "--tracking-uri", uri, "--out", str(few), "--metrics",
+                 "reward/mean,reward_mean"]) == 0  # a name no run logged (a typo): kept, and said on stderr
+    assert "no run logged reward_mean" in capsys.readouterr().err
 
 
 def _one_line_exit_2(capsys, argv, *needles):

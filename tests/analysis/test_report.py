@@ -155,3 +155,23 @@ def test_declared_primary_contrasts_are_tested_first_and_called_pre_registered(f
     client.set_experiment_tag(exp_id, EXPERIMENT_TAGS["primary"], json.dumps(decl))
     res = build_report("prim", fresh_store.uri, tmp_path / "b", fast_cfg, log_to_mlflow=False, echo=None)
     assert any("labelled primary, not pre-registered" in n for n in res.notes)
+
+
+def test_a_primary_trend_that_names_no_ordered_family_is_said_not_tested():
+    """A declared trend names an ordered family (``mean_n over n``, analysis.verdict_tables.ordered_families); one
+    that names none (a typo, or too few levels) would silently leave the primary family: the note says so, as it
+    does for a pair whose label is no group's."""
+    import pandas as pd
+
+    from analysis.load import Experiment
+    from analysis.report import primary_note
+
+    rows = [{"label": f"mean_n(n={n})", "estimator": "mean_n", "n": float(n), "clip_c": float("nan"), "level": "",
+             "seed": s, "start_time": 1} for n in (1, 2, 4, 8) for s in (0, 1)]
+    rows += [{"label": "recompute", "estimator": "recompute", "n": float("nan"), "clip_c": float("nan"), "level": "",
+              "seed": s, "start_time": 1} for s in (0, 1)]
+    exp = Experiment("x", "0", "sqlite://", pd.DataFrame(rows), {}, pd.DataFrame())
+    good = primary_note(exp, [("recompute", "mean_n(n=8)"), ("trend", "mean_n over n")], None)
+    assert "not tested" not in good
+    bad = primary_note(exp, [("recompute", "mean_n(n=8)"), ("trend", "mean_n over N")], None)
+    assert "no ordered family 'mean_n over N'" in bad and "families: mean_n over n" in bad

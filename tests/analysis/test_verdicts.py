@@ -170,3 +170,25 @@ def test_paired_intervals_invert_their_tests():
         lo, hi = mcnemar_interval(b, c, 12, 0.95)
         p = power.mcnemar_p(np.array(b), np.array(c))
         assert (lo > 0 or hi < 0) == (p <= 0.05), (b, c, lo, hi, p)
+
+
+def test_the_verdicts_command_refuses_a_primary_trend_it_has_no_family_for(tmp_path, capsys):
+    """``python -m analysis verdicts`` names a trend family by its ``--trend`` pattern; a primary trend written as a
+    report names it (``mean_n over n``) would match nothing and leave the primary family unsaid: exit 2, naming the
+    pattern form. With the pattern, the trend is primary."""
+    import pandas as pd
+
+    from analysis.__main__ import main
+
+    rows = [{"label": f"mean_n(n={n})", "seed": s, "collapsed": s < 4 - n // 2, "final": 0.5 + 0.05 * n + 0.01 * s}
+            for n in (1, 2, 4, 8) for s in range(6)]
+    path = tmp_path / "runs.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    args = ["verdicts", "--runs", str(path), "--trend", "mean_n(n=*)"]
+    assert main([*args, "--primary", "trend:mean_n over n"]) == 2
+    assert "--primary 'trend:mean_n over n'" in capsys.readouterr().err
+    out = tmp_path / "out"
+    assert main([*args, "--primary", "trend:mean_n(n=*)", "--out", str(out)]) == 0
+    table = pd.read_csv(out / "verdicts.csv")
+    primary = table[table["family"] == "primary"]
+    assert len(primary) == 2 and set(primary["kind"]) == {"trend"} and set(primary["a"]) == {"mean_n(n=*)"}

@@ -323,3 +323,43 @@ def test_sparse_router_noise_hits_a_share_of_router_rows_fresh_per_call_and_plan
     alone.begin_step(2)
     in_pack = pack.score(tokens[None].expand(2, -1, -1), task.prompt_len, 2)[1]
     assert torch.equal(in_pack, alone.score(tokens, task.prompt_len, 2))
+
+
+def test_a_kl_held_scale_multiplies_the_sparse_noise_sigma_and_leaves_its_rows(setup):
+    """The KL controller holds issue 31's sparse condition by scaling its sigma (``Noise._sigma``, per seed): the rows
+    the Bernoulli hits do not depend on the scale, and on them the router-logit deviation is c times the unscaled one
+    (compared after centring each row: log_softmax removes a per-row constant)."""
+    from harness.backends.local.inference.kernels import _Call
+
+    cfg, policy, task, prompts = setup
+    base = {**cfg.inference.__dict__, "batch_variance": False}
+    sparse = type(cfg.inference)(**{**base, "router_noise_sigma": 4.0, "router_noise_rate": 0.25})
+    clean = type(cfg.inference)(**base)
+    tokens = InferenceEngine(policy, clean, 0).generate(prompts, task.answer_len).tokens
+    dev = {}
+    for name, icfg, scale in (("clean", clean, None), ("c=1", sparse, None), ("c=0.5", sparse, 0.5)):
+        eng = InferenceEngine(policy, icfg, 7)
+        eng.scale = None if scale is None else torch.tensor([scale], dtype=torch.float64)
+        call = _Call(icfg, torch.tensor([7]), 3, 0, 1, eng.r)
+        _, rl, _ = eng._forward(call, tokens[None], 0, None)
+        dev[name] = rl[0, ..., 0, :].double()  # layer 0: the same input in every engine
+    d1, dh = dev["c=1"] - dev["clean"], dev["c=0.5"] - dev["clean"]
+    d1, dh = d1 - d1.mean(-1, keepdim=True), dh - dh.mean(-1, keepdim=True)
+    hit1, hith = d1.abs().amax(-1) > 1e-6, dh.abs().amax(-1) > 1e-6
+    assert torch.equal(hit1, hith) and 0 < int(hit1.sum()) < hit1.numel()
+    assert torch.allclose(dh[hit1], 0.5 * d1[hit1], atol=1e-4, rtol=1e-3)
+
+
+def test_on_the_bias_only_engine_mean_n_is_the_rollout_log_prob_bitwise(setup):
+    """Condition 2 of issue 31 (``v3_bias``: deterministic bf16, no noise): every scoring pass is the sampling pass's
+    log-prob bitwise, so mean_n's pi_old (the log-mean-exp of n identical passes) is ``rollout``'s: the two arms train
+    identically there and their contrast (H2) is a tie by construction, as mean_n's trend in n (H6)."""
+    from harness.estimators.mean_n import log_mean_prob
+
+    cfg, policy, task, prompts = setup
+    icfg = type(cfg.inference)(**{**cfg.inference.__dict__, "router_noise_sigma": 0.0, "deterministic": True})
+    eng = InferenceEngine(policy, icfg, 0)
+    eng.begin_step(0)
+    roll = eng.generate(prompts, task.answer_len)
+    passes = eng.score(roll.tokens, task.prompt_len, 8)
+    assert torch.equal(log_mean_prob(passes), roll.logp)

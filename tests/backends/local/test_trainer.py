@@ -101,3 +101,27 @@ def test_a_float16_inference_run_trains_end_to_end():
     for _ in range(cfg.trainer.steps):
         m = tr.run_step()
         assert all(math.isfinite(v) for k, v in m.items() if not k.startswith("moe/replay")), m
+
+
+def test_the_logged_update_norm_is_the_steps_parameter_change():
+    """``policy/update_norm`` (issue 31's conservative-update control, docs/preregistration.md section 4) is the L2
+    norm over every parameter of the change one step makes (all its minibatch updates), measured here from the
+    policy's weights before and after the step; and ``mismatch/abs_diff`` is a mean absolute log-prob gap (>= 0,
+    at least |k1|'s mean, the signed gap's)."""
+    import math
+
+    from harness.backends.local.trainer import LocalTrainer
+    from harness.spec import load
+
+    tiny = ["trainer.steps=2", "trainer.prompts_per_step=4", "trainer.group_size=4", "trainer.num_minibatches=2",
+            "task.warmstart.max_steps=3", "task.warmstart.batch_size=8", "diagnostics.noise_passes=2"]
+    cfg = load(["estimator=recompute", *tiny])
+    torch.manual_seed(0)
+    tr = LocalTrainer(cfg, torch.device("cpu"))
+    for _ in range(cfg.trainer.steps):
+        before = {k: w.detach().clone() for k, w in tr.policy.weights().items()}
+        m = tr.run_step()
+        after = tr.policy.weights()
+        by_hand = math.sqrt(sum(float(((after[k].detach() - before[k]).double() ** 2).sum()) for k in before))
+        assert m["policy/update_norm"] > 0 and math.isclose(m["policy/update_norm"], by_hand, rel_tol=1e-5)
+        assert m["mismatch/abs_diff"] >= abs(m["mismatch/rec_k1"]) - 1e-12

@@ -1,0 +1,25 @@
+"""``make study`` exports each v3 experiment's histories with a chosen metric list (``V3_METRICS``, Makefile): the
+file must hold every history the report's measures and verdicts read (reward, and ``policy/loss``: a non-finite loss
+is a collapse, analysis/measures.py), the along-training table's metrics, and nothing that is not a metric."""
+import re
+from pathlib import Path
+
+from analysis.along import ALONG
+from analysis.config import AnalysisConfig
+from harness import metrics as M
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def v3_metrics() -> list[str]:
+    m = re.search(r"^V3_METRICS := (.+)$", (ROOT / "Makefile").read_text(), re.M)
+    assert m, "Makefile: no V3_METRICS"
+    return m.group(1).strip().split(",")
+
+
+def test_the_study_export_holds_what_the_report_reads():
+    cfg = AnalysisConfig()
+    chosen = set(v3_metrics())
+    needed = {cfg.reward_metric, cfg.loss_metric, cfg.kl_metric, cfg.time_metric, *ALONG}
+    assert needed <= chosen, sorted(needed - chosen)
+    assert chosen <= set(M.CATALOGUE), sorted(chosen - set(M.CATALOGUE))
