@@ -3,7 +3,9 @@
 Does mean_8 help by its denominator, or by damping the update? From a report folder's ``verdicts.csv`` (the primary
 family) and ``along.csv`` (per arm: the median over seeds of the run mean of ``policy/update_norm``):
 
-- ``DAMPED`` = recompute at half the lr, ``BASE`` = recompute, ``MEAN8`` = mean_n(n=8) (the sweep's group labels);
+- ``DAMPED`` = recompute at half the lr, ``BASE`` = recompute, ``MEAN8`` = mean_n(n=8) (the sweep's group labels;
+  ``rollout`` where the report has no mean_8 group: on the bias-only engine mean_n(n=8) is rollout bitwise, and
+  ``v3_bias`` tests against rollout, docs/preregistration.md section 9);
 - H1 = BASE vs MEAN8, H5 = DAMPED vs MEAN8 (primary pairs, both endpoints: collapse, final reward);
 - "the denominator, not damping": DAMPED's median update norm <= MEAN8's, and H5 separates (Holm) on an endpoint in
   MEAN8's favour (DAMPED collapses more, or ends lower);
@@ -20,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 BASE, DAMPED, MEAN8 = "recompute[trainer.lr=0.0003]", "recompute[trainer.lr=0.00015]", "mean_n(n=8)"
+ROLLOUT = "rollout"
 NORM = "policy/update_norm"
 
 
@@ -43,13 +46,14 @@ def reading(folder: Path) -> tuple[str, dict]:
     """(the reading, the numbers it rests on) for one report folder."""
     verdicts = pd.read_csv(folder / "verdicts.csv")
     norms = pd.read_csv(folder / "along.csv").set_index("group")[NORM]
-    h1, h5 = _pair(verdicts, BASE, MEAN8), _pair(verdicts, DAMPED, MEAN8)
+    ref = MEAN8 if ((verdicts["a"] == MEAN8) | (verdicts["b"] == MEAN8)).any() else ROLLOUT
+    h1, h5 = _pair(verdicts, BASE, ref), _pair(verdicts, DAMPED, ref)
     if h1.empty or h5.empty:
-        raise SystemExit(f"{folder}: the primary pairs H1 ({BASE} | {MEAN8}) and H5 ({DAMPED} | {MEAN8}) are not in "
+        raise SystemExit(f"{folder}: the primary pairs H1 ({BASE} | {ref}) and H5 ({DAMPED} | {ref}) are not in "
                          "verdicts.csv: is this a v3 report made after every run finished?")
-    facts = {"update_norm": {k: float(norms.get(k, float("nan"))) for k in (BASE, DAMPED, MEAN8)},
+    facts = {"reference": ref, "update_norm": {k: float(norms.get(k, float("nan"))) for k in (BASE, DAMPED, ref)},
              "H1": dict(zip(h1["endpoint"], h1["verdict"])), "H5": dict(zip(h5["endpoint"], h5["verdict"]))}
-    if facts["update_norm"][DAMPED] <= facts["update_norm"][MEAN8] and _favours_b(h5):
+    if facts["update_norm"][DAMPED] <= facts["update_norm"][ref] and _favours_b(h5):
         return "the denominator, not damping", facts
     if (h1["verdict"] == "separates").any() and not (h5["verdict"] == "separates").any():
         return "consistent with damping", facts

@@ -47,3 +47,16 @@ def test_a_report_without_the_pairs_is_refused(tmp_path):
     folder = _report(tmp_path, {}, {}, NORMS_LOW)
     with pytest.raises(SystemExit):
         cc.reading(folder)
+
+
+def test_without_a_mean_8_group_the_reference_is_rollout(tmp_path):
+    """v3_bias runs no mean_8 (it is rollout bitwise there): H1 and H5 are read against rollout."""
+    rows = [{"kind": "pair", "a": cc.BASE, "b": cc.ROLLOUT, "endpoint": "final", "family": "primary",
+             "verdict": "separates", "effect": -0.1},
+            {"kind": "pair", "a": cc.DAMPED, "b": cc.ROLLOUT, "endpoint": "final", "family": "primary",
+             "verdict": "not shown", "effect": 0.0}]
+    pd.DataFrame(rows).to_csv(tmp_path / "verdicts.csv", index=False)
+    pd.DataFrame([{"group": cc.ROLLOUT, cc.NORM: 0.2}, {"group": cc.DAMPED, cc.NORM: 0.1},
+                  {"group": cc.BASE, cc.NORM: 0.3}]).to_csv(tmp_path / "along.csv", index=False)
+    answer, facts = cc.reading(tmp_path)
+    assert answer == "consistent with damping" and facts["reference"] == cc.ROLLOUT
