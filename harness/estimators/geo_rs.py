@@ -60,7 +60,8 @@ class GeoBand(Params):
 
     def validate(self) -> None:
         if not (0 < self.lower <= 1 <= self.upper and math.isfinite(self.upper)):
-            raise ConfigError("estimator.lower", f"need 0 < lower <= 1 <= upper (finite), got lower={self.lower}, "
+            bad = "estimator.lower" if not 0 < self.lower <= 1 else "estimator.upper"  # the key to fix
+            raise ConfigError(bad, f"need 0 < lower <= 1 <= upper (finite), got lower={self.lower}, "
                               f"upper={self.upper}")
 
 

@@ -62,7 +62,7 @@ def test_a_parameter_registered_later_enters_the_signature_only_when_set():
     (["estimator=rais", "estimator.gamma_min=0"], "estimator.gamma_min", "(0, 1]"),
     (["estimator=mean_n", "estimator.n=65"], "estimator.n", "<= 64"),
     (["estimator=geo_rs", "estimator.lower=1.01"], "estimator.lower", "0 < lower <= 1 <= upper"),
-    (["estimator=geo_rs", "estimator.upper=0.99"], "estimator.lower", "0 < lower <= 1 <= upper"),
+    (["estimator=geo_rs", "estimator.upper=0.99"], "estimator.upper", "0 < lower <= 1 <= upper"),
     (["estimator=geo_rs", "estimator.lower=0"], "estimator.lower", "0 < lower <= 1 <= upper"),
     (["estimator=geo_rs", "estimator.upper=inf"], "estimator.upper", "finite"),
 ])
