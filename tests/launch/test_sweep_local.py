@@ -115,3 +115,18 @@ def test_a_second_submission_of_a_sweep_in_progress_is_refused(store, capsys):
     assert sweep.main(args) == 0
     assert "1 to submit" in capsys.readouterr().out
     wait_sweep(spec, timeout=180)
+
+
+def test_the_waiter_looks_less_often_while_nothing_happens_and_at_once_after_news():
+    """--wait's look at the store (every FINISHED run of the experiment) backs off 1.25x per quiet look to at most
+    max_poll_s, and goes back to poll_s when a run finished or failed."""
+    from harness.launch.sweep import next_poll
+
+    delays, d = [], 5.0
+    for _ in range(30):
+        delays.append(d)
+        d = next_poll(d, False, 5.0, 60.0)
+    assert delays[:3] == [5.0, 6.25, 7.8125] and max(delays) == 60.0 and delays[-1] == 60.0
+    assert all(b >= a for a, b in zip(delays, delays[1:]))
+    assert sum(delays[:20]) < 20 * 60 and len([x for x in delays if x < 60]) == 12  # 12 looks before the cap
+    assert next_poll(60.0, True, 5.0, 60.0) == 5.0
