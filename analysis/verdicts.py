@@ -258,20 +258,26 @@ def horizon(comparisons: Sequence[Comparison], groups: dict[str, pd.DataFrame], 
 
 
 def trend_comparisons(measures: pd.DataFrame, families: dict[str, list[tuple[float, str]]], min_seeds: int,
-                      reps: int, seed: int) -> list[Comparison]:
+                      reps: int, seed: int, paired: Iterable[str] = ()) -> list[Comparison]:
     """A collapse trend (Cochran-Armitage) and a final-reward trend (Page when the levels share every seed, else
-    Jonckheere-Terpstra) per ordered family ``{name: [(x, label), ...]}``."""
+    Jonckheere-Terpstra) per ordered family ``{name: [(x, label), ...]}``. A family named in ``paired`` (a primary
+    trend: paired by design, docs/preregistration.md section 6) is tested on the seeds every level holds, both
+    endpoints, Page's L for the reward, even where a level lost a seed; the others of the levels' runs are left
+    out (their number is the gap between ``n_a``, the smallest level, and ``n_pairs``)."""
     from .trend import cochran_armitage, jonckheere, page
 
-    out = []
+    out, paired = [], set(paired)
     for name, levels in families.items():
         levels = sorted(levels)
         gs = [measures[measures["label"] == lab] for _, lab in levels]
-        desc = "<".join(f"{x:g}" for x, _ in levels)
-        n_min = min(len(g) for g in gs)
-        ca = cochran_armitage([x for x, _ in levels], [g["collapsed"].astype(bool).to_numpy() for g in gs])
         seeds = [set(g["seed"]) for g in gs]
         common = sorted(set.intersection(*seeds))
+        n_min = min(len(g) for g in gs)
+        if name in paired and len(common) >= min_seeds:
+            gs = [g[g["seed"].isin(common)] for g in gs]
+            seeds = [set(common)] * len(gs)
+        desc = "<".join(f"{x:g}" for x, _ in levels)
+        ca = cochran_armitage([x for x, _ in levels], [g["collapsed"].astype(bool).to_numpy() for g in gs])
         if len(common) >= min_seeds and all(len(s) == len(common) for s in seeds):
             blocks = np.stack([g.drop_duplicates("seed").set_index("seed").loc[common, "final"].to_numpy(float)
                                for g in gs], axis=1)
@@ -312,8 +318,9 @@ def verdicts(measures: pd.DataFrame, labels: Sequence[str], runs: pd.DataFrame |
             paired = pairs_on_seeds(runs, a, b)
             for ep in endpoints:
                 out.append(compare_pair(groups[a], groups[b], a, b, ep, paired, min_seeds))
-    out += trend_comparisons(measures, trends or {}, min_seeds, reps, seed)
     prim = {("trend", p[1]) if p[0] == "trend" else ("pair", *sorted(p)) for p in primary}
+    out += trend_comparisons(measures, trends or {}, min_seeds, reps, seed,
+                             paired={k[1] for k in prim if k[0] == "trend"})
     for c in out:
         if c.family != "none" and _key(c) in prim:
             c.family = "primary"

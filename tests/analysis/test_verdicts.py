@@ -131,6 +131,31 @@ def test_page_is_two_sided():
     assert up.p == pytest.approx(2 * sps.page_trend_test(blocks).pvalue)
 
 
+def test_a_primary_trend_stays_paired_on_the_common_seeds_when_a_level_lost_a_seed():
+    """docs/preregistration.md section 6: a run that cannot finish leaves the analysis on the common seeds, paired.
+    A primary trend whose level lost a seed is Page's L (and Cochran-Armitage) on the seeds every level holds; the
+    same family, not declared, falls back to Jonckheere-Terpstra over all runs."""
+    m = _measures([0.5, 0.3, 0.2, 0.1], 12, np.random.default_rng(3))
+    m = m[~((m["label"] == "arm2") & (m["seed"] == 7))]  # a lost run
+    family = {"mean_n": [(1.0, "arm0"), (2.0, "arm1"), (4.0, "arm2"), (8.0, "arm3")]}
+    common = [s for s in range(12) if s != 7]
+
+    def trend(cs, endpoint):
+        (c,) = [c for c in cs if c.kind == "trend" and c.endpoint == endpoint]
+        return c
+
+    pre = verdicts(m, ["arm0", "arm1", "arm2", "arm3"], trends=family, primary=[("trend", "mean_n")], reps=200)
+    fin, col = trend(pre, "final"), trend(pre, "collapse")
+    blocks = np.stack([m[m.label == f"arm{i}"].set_index("seed").loc[common, "final"] for i in range(4)], axis=1)
+    assert fin.test == page(blocks).test and fin.paired and fin.n_pairs == 11 and fin.family == "primary"
+    assert fin.p == pytest.approx(page(blocks).p)
+    flags = [m[m.label == f"arm{i}"].set_index("seed").loc[common, "collapsed"].to_numpy(bool) for i in range(4)]
+    assert col.p == pytest.approx(cochran_armitage([1, 2, 4, 8], flags).p)
+    post = verdicts(m, ["arm0", "arm1", "arm2", "arm3"], trends=family, reps=200)
+    assert trend(post, "final").test == jonckheere([np.zeros(2)] * 2, reps=10).test
+    assert not trend(post, "final").paired
+
+
 def test_exact_power_agrees_with_simulation_of_the_same_test():
     rng = np.random.default_rng(2)
     k1, k2 = rng.binomial(10, 0.5, 2000), rng.binomial(10, 0.1, 2000)
