@@ -11,7 +11,8 @@ to show from the results.
 
     python scripts/v3_primary.py docs/results/v3_sparse docs/results/v3_bias --out docs/results/v3_primary
 
-writes ``v3_primary.md`` and ``v3_primary.csv``; the README holds the Markdown table as a generated block
+writes ``v3_primary.md`` and ``v3_primary.csv``, and the forest plot of the pair hypotheses' effects with their
+simultaneous intervals (``v3_primary.pdf``/``.png``: both conditions, both endpoints); the README holds the Markdown table as a generated block
 (``python -m analysis readme README.md`` refreshes it). A folder whose report lacks a primary pair is an error
 (exit 2): its report was made before every run finished, or from another experiment.
 """
@@ -154,6 +155,85 @@ def footer(folder: Path, alpha: float = 0.05, target: float = 0.8) -> str:
             f"{answer}.")
 
 
+def effects(folders: list[Path]) -> pd.DataFrame:
+    """The pair hypotheses' effects A - B with their simultaneous intervals, per condition and endpoint (the
+    forest plot's data): H, condition, endpoint, effect, lo, hi, separates."""
+    rows = []
+    for folder in folders:
+        v = pd.read_csv(folder / "verdicts.csv")
+        has_mean8 = (pd.read_csv(folder / "runs.csv")["label"] == MEAN8).any()
+        for hid, a, b in HYPOTHESES:
+            if hid == "H6" or (not has_mean8 and a == ROLLOUT):
+                continue
+            b = b if has_mean8 or b != MEAN8 else ROLLOUT
+            for ep, r in _pair_rows(v, a, b).items():
+                rows.append({"H": hid, "contrast": f"{SHORT[a]} vs {SHORT[b]}",
+                             "condition": CONDITION.get(folder.name, folder.name), "endpoint": ep,
+                             "effect": float(r["effect"]), "lo": float(r["lo"]), "hi": float(r["hi"]),
+                             "separates": r["verdict"] == "separates"})
+    return pd.DataFrame(rows)
+
+
+def forest(data: pd.DataFrame, path: Path) -> list[Path]:
+    """Two panels (collapse-rate difference, final-reward shift), a row per hypothesis, a marker per condition
+    (filled: separates after Holm; open: not shown), its simultaneous interval as a bar (an arrow where the
+    interval is unbounded: too few seeds for its level). The intervals are at the simultaneous level 1 - alpha/m of
+the family (the report's); Holm's step-down is less strict after its first step, so a contrast may separate while
+its interval touches 0. Writes ``path``.pdf and .png."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    hyps = sorted(data["H"].unique())
+    conds = list(dict.fromkeys(data["condition"]))
+    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
+    fig, axes = plt.subplots(1, 2, figsize=(9.0, 0.55 * len(hyps) + 1.6), sharey=True)
+    for ax, ep, title, span in ((axes[0], "collapse", "collapse rate, A - B", 1.0),
+                                (axes[1], "final", "final reward, A - B (Hodges-Lehmann)", None)):
+        d = data[data["endpoint"] == ep]
+        finite = np.concatenate([d["lo"], d["hi"], d["effect"]])
+        finite = finite[np.isfinite(finite)]
+        lim = span if span is not None else max(0.05, 1.1 * float(np.abs(finite).max()) if len(finite) else 0.1)
+        for j, cond in enumerate(conds):
+            off = (j - (len(conds) - 1) / 2) * 0.25
+            for _, r in d[d["condition"] == cond].iterrows():
+                y = hyps.index(r["H"]) + off
+                lo = r["lo"] if np.isfinite(r["lo"]) else -lim
+                hi = r["hi"] if np.isfinite(r["hi"]) else lim
+                ax.plot([lo, hi], [y, y], color=colours[j % 4], lw=1.4)
+                for end, ok, mark in ((lo, np.isfinite(r["lo"]), "<"), (hi, np.isfinite(r["hi"]), ">")):
+                    if not ok:
+                        ax.plot([end], [y], marker=mark, color=colours[j % 4], ms=5)
+                ax.plot([r["effect"]], [y], marker="o", ms=7, color=colours[j % 4],
+                        markerfacecolor=colours[j % 4] if r["separates"] else "white")
+        ax.axvline(0.0, color="0.4", lw=0.8, ls=":")
+        ax.set_xlim(-lim, lim)
+        ax.set_title(title, fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+    def ylabel(h: str) -> str:
+        names = list(dict.fromkeys(data[data["H"] == h]["contrast"]))
+        return f"{h}: {names[0]}" + "".join(f"\n({c}: {n.split(' vs ')[1]})" for c, n in
+                                            zip(data[data["H"] == h]["condition"].unique()[1:], names[1:]))
+
+    axes[0].set_yticks(range(len(hyps)), [ylabel(h) for h in hyps], fontsize=8)
+    axes[0].invert_yaxis()
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=colours[j % 4], marker="o", ms=7, label=c) for j, c in enumerate(conds)]
+    handles.append(Line2D([], [], color="0.3", marker="o", ms=7, markerfacecolor="white", ls="",
+                          label="open: not shown (Holm p >= 0.05)"))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
+    fig.suptitle("Pre-registered contrasts: effects with simultaneous intervals (filled: separates, Holm)",
+                 fontsize=11)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    out = [path.with_suffix(".pdf"), path.with_suffix(".png")]
+    for o in out:
+        fig.savefig(o, dpi=150)
+    plt.close(fig)
+    return out
+
+
 def table(folders: list[Path]) -> tuple[pd.DataFrame, list[str]]:
     rows = [r for f in folders for r in condition_rows(f)]
     cols = ["H", "contrast", "condition", "collapsed A / B", "collapse p (Holm)", "final A - B [CI]",
@@ -167,7 +247,9 @@ def markdown(df: pd.DataFrame, notes: list[str]) -> str:
     return ("# Pre-registered contrasts (docs/preregistration.md), paired tests, Holm per condition\n\n" + head + body
             + "\n" + "".join(f"<sub>{n}</sub>  \n" for n in notes)
             + "<sub>collapse: persistent collapse by the last step (McNemar exact); final: mean reward of the last 10 "
-              "steps, A - B as Hodges-Lehmann shift with its simultaneous interval (Wilcoxon signed-rank); H6: "
+              "steps, A - B as Hodges-Lehmann shift with its simultaneous interval at level 1 - alpha/m (Wilcoxon "
+              "signed-rank; Holm's later steps are less strict than the interval, so a contrast may separate while "
+              "its interval touches 0); H6: "
               "collapsed per level, Cochran-Armitage (CA) and Page's L. p (Holm): raw p, Holm-adjusted in "
               "brackets.</sub>\n")
 
@@ -191,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(args.out.with_suffix(".csv"), index=False)
     args.out.with_suffix(".md").write_text(markdown(df, notes))
+    forest(effects(args.folders), args.out)
     print(markdown(df, notes))
     return 0
 

@@ -103,3 +103,14 @@ def test_the_footer_states_the_power_of_the_family(tmp_path):
     line = vp.footer(_folder(tmp_path, "v3_sparse", SPARSE))
     shift = power.smallest_shift_detectable(12, 0.05, 12, 0.8)
     assert f"shift of {shift:.2f} sd" in line and math.isfinite(shift)
+
+
+def test_the_forest_plot_has_each_pair_hypothesis_of_each_condition(tmp_path):
+    folders = [_folder(tmp_path, "v3_sparse", SPARSE), _folder(tmp_path, "v3_bias", BIAS, seed=1)]
+    data = vp.effects(folders)
+    # sparse: H1-H5 on 2 endpoints; bias: H1, H3, H4, H5 (H2 is an identity there)
+    assert len(data) == 18 and set(data[data["condition"] == "bias only"]["H"]) == {"H1", "H3", "H4", "H5"}
+    h1 = data[(data["H"] == "H1") & (data["condition"] == "sparse noise") & (data["endpoint"] == "final")].iloc[0]
+    assert h1["lo"] <= h1["effect"] <= h1["hi"] and h1["effect"] < 0 and h1["separates"]
+    paths = vp.forest(data, tmp_path / "forest")
+    assert [p.suffix for p in paths] == [".pdf", ".png"] and all(p.stat().st_size > 5000 for p in paths)
