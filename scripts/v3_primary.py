@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -135,6 +136,17 @@ def condition_rows(folder: Path) -> list[dict]:
     return out
 
 
+def registration(folder: Path) -> str:
+    """What the report's notes say of the primary contrasts' declaration (``analysis.report.primary_note``): when,
+    and whether before the experiment's first run ("pre-registered") or after; "" where the folder has no report."""
+    path = folder / "report.md"
+    if not path.exists():
+        return ""
+    m = re.search(r"declared by the sweep at ([^,]+), (before the first run started: pre-registered|after runs of "
+                  r"this experiment had started: labelled primary, not pre-registered)", path.read_text())
+    return f"declared at {m.group(1)}, {m.group(2)}" if m else "no declaration before the runs: not pre-registered"
+
+
 def footer(folder: Path, alpha: float = 0.05, target: float = 0.8) -> str:
     """The condition's family size, paired seeds, minimum detectable differences and H5's reading."""
     v = pd.read_csv(folder / "verdicts.csv")
@@ -149,7 +161,9 @@ def footer(folder: Path, alpha: float = 0.05, target: float = 0.8) -> str:
         answer = cc.reading(folder)[0]
     except SystemExit:
         answer = "not read (H1 or H5 missing)"
-    return (f"{CONDITION.get(folder.name, folder.name)}: Holm over {m} primary tests, {n} paired seeds; detectable at "
+    reg = registration(folder)
+    return (f"{CONDITION.get(folder.name, folder.name)}{' (' + reg + ')' if reg else ''}: Holm over {m} primary tests, "
+            f"{n} paired seeds; detectable at "
             f"{target:.0%} power: a collapse rate of {fmt(r0)} vs 0 and {fmt(r1)} vs 0.1 (McNemar), a final-reward "
             f"shift of {fmt(shift)} sd of the paired differences (Wilcoxon); conservative-update control (H5): "
             f"{answer}.")

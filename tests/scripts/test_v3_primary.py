@@ -114,3 +114,16 @@ def test_the_forest_plot_has_each_pair_hypothesis_of_each_condition(tmp_path):
     assert h1["lo"] <= h1["effect"] <= h1["hi"] and h1["effect"] < 0 and h1["separates"]
     paths = vp.forest(data, tmp_path / "forest")
     assert [p.suffix for p in paths] == [".pdf", ".png"] and all(p.stat().st_size > 5000 for p in paths)
+
+
+def test_the_footer_says_whether_the_contrasts_were_declared_before_the_runs(tmp_path):
+    folder = _folder(tmp_path, "v3_bias", BIAS)
+    assert "declared" not in vp.footer(folder)  # no report.md: nothing claimed
+    (folder / "report.md").write_text(
+        "## Notes\n\n- primary contrasts (a vs b) declared by the sweep at 2026-11-26 13:39 UTC, before the first run "
+        "started: pre-registered; tested first, Holm among themselves, everything else exploratory.\n")
+    assert vp.footer(folder).startswith(
+        "bias only (declared at 2026-11-26 13:39 UTC, before the first run started: pre-registered): Holm over 8")
+    (folder / "report.md").write_text("## Notes\n\n- primary contrasts (a vs b) given to the report (x): tested "
+                                      "first, Holm among themselves; not pre-registered\n")
+    assert "not pre-registered" in vp.footer(folder)
