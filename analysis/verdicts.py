@@ -273,12 +273,12 @@ def trend_comparisons(measures: pd.DataFrame, families: dict[str, list[tuple[flo
         seeds = [set(g["seed"]) for g in gs]
         common = sorted(set.intersection(*seeds))
         n_min = min(len(g) for g in gs)
-        if name in paired and len(common) >= min_seeds:
-            gs = [g[g["seed"].isin(common)] for g in gs]
-            seeds = [set(common)] * len(gs)
+        blocked = len(common) >= min_seeds and (name in paired or all(len(s) == len(common) for s in seeds))
+        if blocked:
+            gs = [g[g["seed"].isin(common)] for g in gs]  # a no-op unless a primary trend lost a run
         desc = "<".join(f"{x:g}" for x, _ in levels)
         ca = cochran_armitage([x for x, _ in levels], [g["collapsed"].astype(bool).to_numpy() for g in gs])
-        if len(common) >= min_seeds and all(len(s) == len(common) for s in seeds):
+        if blocked:
             blocks = np.stack([g.drop_duplicates("seed").set_index("seed").loc[common, "final"].to_numpy(float)
                                for g in gs], axis=1)
             rank = page(blocks[np.isfinite(blocks).all(axis=1)])

@@ -27,11 +27,14 @@ NORM = "policy/update_norm"
 
 
 def _pair(verdicts: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
-    """The primary rows of the pair (a, b), with the effect signed as a - b."""
+    """The primary rows of the pair (a, b), with the effect (and its interval ``lo``, ``hi``, where the table has
+    one) signed as a - b."""
     v = verdicts[(verdicts["kind"] == "pair") & (verdicts["family"] == "primary")]
     ab = v[(v["a"] == a) & (v["b"] == b)].copy()
     ba = v[(v["a"] == b) & (v["b"] == a)].copy()
     ba["effect"] = -ba["effect"]
+    if {"lo", "hi"} <= set(ba.columns):
+        ba["lo"], ba["hi"] = -ba["hi"], -ba["lo"]
     return pd.concat([ab, ba])
 
 

@@ -64,16 +64,8 @@ def _shift(row: pd.Series) -> str:
 
 
 def _pair_rows(v: pd.DataFrame, a: str, b: str) -> dict[str, pd.Series]:
-    """The primary rows of (a, b) per endpoint, signed as a - b (an interval flips with its effect)."""
-    out = {}
-    for _, r in v[(v["kind"] == "pair") & (v["family"] == "primary")].iterrows():
-        if (r["a"], r["b"]) == (a, b):
-            out[r["endpoint"]] = r
-        elif (r["a"], r["b"]) == (b, a):
-            r = r.copy()
-            r["effect"], r["lo"], r["hi"] = -float(r["effect"]), -float(r["hi"]), -float(r["lo"])
-            out[r["endpoint"]] = r
-    return out
+    """The primary rows of (a, b) per endpoint, signed as a - b (``conservative_control._pair``)."""
+    return {r["endpoint"]: r for _, r in cc._pair(v, a, b).iterrows()}
 
 
 def _verdict(rows: dict[str, pd.Series]) -> str:
