@@ -5,11 +5,13 @@
 # again at any time (it picks up where it stopped). At low priority (nice 19): other work on the machine goes first.
 #   bash scripts/run_study_v3.sh                              # everything: 8 confirmatory blocks, 3 exploratory
 #   BLOCKS="0 1" EXPLORE_BLOCKS="" bash scripts/run_study_v3.sh  # the first two confirmatory blocks only
+#   SWEEPS=v3_bias EXPLORE_BLOCKS="" bash scripts/run_study_v3.sh  # one condition's blocks only (to complete it first)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 BLOCKS=${BLOCKS-"0 1 2 3 4 5 6 7"}
 EXPLORE_BLOCKS=${EXPLORE_BLOCKS-"0 1 2"}
+SWEEPS=${SWEEPS-"v3_sparse v3_bias"}
 
 block() {  # block NUMBER SWEEP...
   local s=$((100 + 4 * $1)) sweep
@@ -21,5 +23,5 @@ block() {  # block NUMBER SWEEP...
   done
 }
 
-for b in $BLOCKS; do block "$b" v3_sparse v3_bias; done
+for b in $BLOCKS; do block "$b" $SWEEPS; done
 for b in $EXPLORE_BLOCKS; do block "$b" v3_explore_sparse v3_explore_bias v3_engines; done
