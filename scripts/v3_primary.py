@@ -190,6 +190,7 @@ its interval touches 0. Writes ``path``.pdf and .png."""
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     hyps = sorted(data["H"].unique())
     conds = list(dict.fromkeys(data["condition"]))
@@ -215,6 +216,8 @@ its interval touches 0. Writes ``path``.pdf and .png."""
                         markerfacecolor=colours[j % 4] if r["separates"] else "white")
         ax.axvline(0.0, color="0.4", lw=0.8, ls=":")
         ax.set_xlim(-lim, lim)
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=5, symmetric=True))  # few ticks: labels never run together
+        ax.tick_params(axis="x", labelsize=8)
         ax.set_title(title, fontsize=10)
         ax.grid(axis="x", alpha=0.3)
     def ylabel(h: str) -> str:

@@ -53,6 +53,17 @@ def test_the_project_results_tables_match_docs_results():
     assert changed == [], f"stale tables in docs/results.md (run `python -m analysis readme docs/results.md`): {changed}"
 
 
+def test_the_readme_quotes_the_committed_v3_table_whole():
+    """The README's pre-registered table is `scripts/v3_primary.py`'s, as committed (`python -m analysis readme README.md`)."""
+    from analysis.load import project_root
+
+    readme = project_root() / "README.md"
+    text = readme.read_text()
+    assert "<!-- generated: docs/results/v3_primary.md -->" in text
+    new, changed = refresh(text, readme.parent)
+    assert changed == [], f"stale tables in README.md (run `python -m analysis readme README.md`): {changed}"
+
+
 def test_every_interval_the_prose_quotes_is_a_value_of_a_committed_table():
     """Every 'estimate [lo, hi]' written by hand in the README or docs/results.md (outside the generated
     blocks) appears verbatim in a table under docs/results/: a number in the prose is a table row's, and
