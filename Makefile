@@ -38,6 +38,7 @@ study: install
 	done
 	$(PY) scripts/conservative_control.py docs/results/v3_sparse docs/results/v3_bias > docs/results/conservative_control.txt
 	$(PY) scripts/v3_primary.py docs/results/v3_sparse docs/results/v3_bias --out docs/results/v3_primary
+	$(PY) -m analysis readme README.md && $(PY) -m analysis readme docs/results.md  # the tables quoted there
 
 # Everything the README and docs/results.md quote: the study (above), the numerics-3 stress tests (below), the
 # agentic section and the overlap benchmark behind the README's cost ratios (benchmarks/README.md).
