@@ -19,6 +19,7 @@ fairer measure of what the step costs; on CUDA it is the host's share only.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import time
@@ -43,8 +44,8 @@ def measure(estimator: list[str], size: int, device: torch.device, args) -> dict
     """One pack of ``size`` seeds: its s/step (median of the timed steps), operator calls and syncs per step."""
     from harness.backends.local.trainer import PackTrainer
 
-    cfgs = [load([*estimator, *args.overrides, f"seed={s}", f"trainer.steps={args.warmup + args.steps + 2}"])
-            for s in range(size)]
+    base = load([*estimator, *args.overrides, f"trainer.steps={args.warmup + args.steps + 2}"])
+    cfgs = [dataclasses.replace(base, seed=s) for s in range(size)]  # composed once: 256 composes take a minute
     trainer = PackTrainer(cfgs, device)
     for _ in range(args.warmup):
         trainer.step_seeds()
@@ -58,10 +59,17 @@ def measure(estimator: list[str], size: int, device: torch.device, args) -> dict
         cpu.append(time.process_time() - c0)
     with OpCount() as count:
         trainer.step_seeds()
+    kernels = None
+    if device.type == "cuda" and args.kernels:  # the GPU kernels one step launches (profiler)
+        from torch.profiler import DeviceType, ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            trainer.step_seeds()
+            _sync(device)
+        kernels = sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA)
     s_step = statistics.median(times)
     c_step = statistics.median(cpu)
     return {"s_step": s_step, "seed_steps_s": size / s_step, "cpu_step": c_step, "cpu_seed_steps_s": size / c_step,
-            "ops": count.ops, "syncs": count.syncs}
+            "ops": count.ops, "syncs": count.syncs, "kernels": kernels}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,19 +82,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--dense", choices=["auto", "on", "off"], default="auto",
+                    help="the experts' GEMMs as one bmm over a common capacity (auto: on any device but the CPU; "
+                         "harness/backends/local/grouped.py)")
+    ap.add_argument("--kernels", action="store_true", help="on CUDA, also count one step's GPU kernels (profiler)")
     ap.add_argument("--quick", action="store_true", help="2 timed steps after 1 warm-up (a smoke test)")
     args = ap.parse_args(argv)
     if args.quick:
         args.steps, args.warmup = 2, 1
     numerics.pin()
     torch.set_num_threads(args.threads)
+    from harness.backends.local import grouped
+    grouped.DENSE = {"auto": None, "on": True, "off": False}[args.dense]
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if args.device == "auto" else args.device))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({args.threads} thread(s))"
-    print(f"# device: {name}; torch {torch.__version__}; {args.steps} timed steps after {args.warmup} warm-up")
+    print(f"# device: {name}; torch {torch.__version__}; {args.steps} timed steps after {args.warmup} warm-up; "
+          f"dense expert GEMMs: {args.dense}")
     print("| estimator | pack | s/step | seed-steps/s | x one seed | CPU s/step | x one seed (CPU) | ops/step | "
-          "ops/step / pack of 1 | host syncs/step |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "ops/step / pack of 1 | host syncs/step | GPU kernels/step |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for spec in args.estimators:
         overrides = spec.split(",")
         base = None
@@ -94,13 +109,13 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 r = measure(overrides, size, device, args)
             except torch.OutOfMemoryError:
-                print(f"| {spec} | {size} | out of memory | | | | | | | |")
+                print(f"| {spec} | {size} | out of memory | | | | | | | | |")
                 break
             base = base or r
             print(f"| {spec} | {size} | {r['s_step']:.3f} | {r['seed_steps_s']:.1f} | "
                   f"{r['seed_steps_s'] / base['seed_steps_s']:.2f} | {r['cpu_step']:.3f} | "
                   f"{r['cpu_seed_steps_s'] / base['cpu_seed_steps_s']:.2f} | {r['ops']} | {r['ops'] / base['ops']:.2f} | "
-                  f"{r['syncs']} |", flush=True)
+                  f"{r['syncs']} | {'' if r['kernels'] is None else r['kernels']} |", flush=True)
     return 0
 
 

@@ -135,3 +135,28 @@ def test_a_pack_stops_before_training_when_one_seeds_run_is_in_progress_and_lets
     client = MlflowClient(cfgs[0].tracking_uri)
     exp = client.get_experiment_by_name("test")
     assert exp is None or client.search_runs([exp.experiment_id]) == []  # nothing trained
+
+
+def test_on_a_gpus_path_a_step_is_one_sequence_of_operators_whatever_the_pack(monkeypatch):
+    """The path a GPU takes (dense expert GEMMs, batched scorings, no split-K read-back), forced on the CPU: a
+    whole training step's operator count is flat in the pack size (issue 29's check; the CPU's own path adds a
+    weight-gradient bmm per seed), and its metrics are the CPU path's to float32 rounding."""
+    from harness.backends.local import grouped
+    from harness.backends.local.opcount import OpCount
+
+    def step(size, dense):
+        monkeypatch.setattr(grouped, "DENSE", dense)
+        trainer = PackTrainer([load([*TINY, f"seed={s}"]) for s in range(size)], torch.device("cpu"))
+        trainer.infer.host_splits, trainer.infer.score_rows = False, None
+        with OpCount() as count:
+            metrics = _curves(trainer, 1)[0]
+        return count.ops, metrics
+
+    ops_1, _ = step(1, True)
+    ops_6, dense = step(6, True)
+    _, per_seed = step(6, False)
+    assert ops_6 <= 1.01 * ops_1, (ops_1, ops_6)
+    for got, want in zip(dense, per_seed):
+        assert got.keys() == want.keys()
+        for k in want:
+            assert got[k] == pytest.approx(want[k], rel=1e-4, abs=1e-6), k
