@@ -99,18 +99,16 @@ def mkl_branch() -> str:
     return _MKL_BRANCHES.get(code, f"code {code}")
 
 
-def fingerprint(device: str = "cpu", pack: int = 1) -> dict[str, str]:
+def fingerprint(device: str = "cpu") -> dict[str, str]:
     """What the bits of a run depend on. ``key``: what bitwise identity is promised over (same key, same bits);
-    the rest is recorded for information. On a GPU the key also names the seed pack's size: a seed's float32 bits
-    there depend on the batch's shape (measured: docs/speed.md, "On one GPU"); on a CPU they do not (the pack
-    tests)."""
+    the rest is recorded for information."""
     import torch
 
     fp = {"torch": torch.__version__, "aten": torch.backends.cpu.get_cpu_capability(), "mkl": mkl_branch(),
           "cpu": cpu_model()}
     if str(device).startswith("cuda"):
         fp["device"] = torch.cuda.get_device_name(torch.device(device))
-        fp["key"] = f"torch {fp['torch']} | {fp['device']} | pack {pack}"
+        fp["key"] = f"torch {fp['torch']} | {fp['device']}"
     else:
         fp["key"] = f"torch {fp['torch']} | aten {fp['aten']} | mkl {fp['mkl']}"
     return fp

@@ -65,13 +65,3 @@ def test_a_run_records_its_fingerprint(tiny_overrides):
     assert run.data.tags["numerics.cpu"] == numerics.cpu_model()
 
 
-
-
-def test_on_a_gpu_the_key_names_the_pack_size_and_on_a_cpu_it_does_not(monkeypatch):
-    """A GPU seed's bits depend on its pack's size (docs/speed.md, "On one GPU"): the key says so there; a CPU's
-    do not (the pack tests), so its key, and every stored run's, stays as it was."""
-    import torch
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
-    gpu = numerics.fingerprint("cuda", 8)["key"]
-    assert gpu.endswith("| NVIDIA H200 | pack 8") and gpu != numerics.fingerprint("cuda", 1)["key"]
-    assert numerics.fingerprint("cpu", 8)["key"] == numerics.fingerprint("cpu")["key"]

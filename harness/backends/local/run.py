@@ -41,7 +41,7 @@ def device_of(cfg: RunConfig):
     return torch.device(cfg.backend.device)
 
 
-def start(record, warmstart: dict, pack: int = 1) -> tuple:
+def start(record, warmstart: dict) -> tuple:
     """Start (or, resumed, reopen) ``record``'s MLflow run with the run's tags, its params (the flat spec and
     the warm start's steps and reward) and its spec as YAML: ``(tracker, last step already logged, -1 if none)``.
     Every seed of a pack starts so (a run alone is a pack of one)."""
@@ -52,7 +52,7 @@ def start(record, warmstart: dict, pack: int = 1) -> tuple:
     from harness import numerics
 
     cfg = record.cfg
-    fp = numerics.fingerprint(str(device_of(cfg)), pack)  # what the run's bits depend on (docs/reliability.md)
+    fp = numerics.fingerprint(str(device_of(cfg)))  # what the run's bits depend on (docs/reliability.md)
     tags = {**run_tags(cfg), "numerics.key": fp["key"], "numerics.cpu": fp["cpu"]}
     shown = cfg.public_dict()  # tracking.uri without its credentials (harness.uri.redact)
     tracker = record.start(tags, {**flat(shown), "warmstart.steps": warmstart["steps"],
@@ -141,7 +141,7 @@ class _Loop:
             if rec.state is not None:
                 trainer.load_seed_state(j, rec.state["trainer"])
                 self.rewards[j] = list(rec.state["rewards"])
-        started = [start(rec, ws, len(records)) for rec, ws in zip(records, trainer.warmstarts)]
+        started = [start(rec, ws) for rec, ws in zip(records, trainer.warmstarts)]
         self.trackers, self.logged = [t for t, _ in started], [n for _, n in started]
         self.buffers = [StepBuffer(t) for t in self.trackers]
         self.times: list[list[float]] = [[] for _ in records]
