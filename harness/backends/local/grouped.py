@@ -19,8 +19,8 @@ On a GPU (any device but the CPU; ``DENSE`` overrides) every group is padded to 
 the weight gradient's included, is one ``bmm`` over [G, cap, K]. torch's ``grouped_mm`` runs float32 on CUDA as
 a loop over the groups (its fast path is bfloat16 only), so a pack of S seeds launched S x E GEMMs, and the
 per-seed weight gradient added ~100 operators per seed (measured on an H200: ``docs/speed.md``, "On one GPU").
-The padding's extra FLOPs are what a GPU has in excess. A GPU's float32 results already depend on the batch's
-shape (``benchmarks/gpu_pack_check.py``), so this costs no identity the CPU path gives.
+The padding's extra FLOPs are what a GPU has in excess. A GPU's float32 results are not reproducible run to run
+anyway (atomic adds; ``benchmarks/gpu_pack_check.py``), so this costs no identity the CPU path gives.
 """
 from __future__ import annotations
 
