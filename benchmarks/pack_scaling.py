@@ -11,6 +11,9 @@ pack of one's. Then one more step runs under a ``TorchDispatchMode`` that counts
 host synchronisations among them (``.item()``/``.tolist()`` read-backs, ``nonzero``, copies to the host):
 **the operator count per step must not grow with the pack size** (issue 29's device-independent check, target:
 a pack of 64 within 1.1x of a pack of 1). A pack that runs out of memory is reported and the larger ones skipped.
+On CUDA, ``--kernels`` also counts one step's GPU kernels (``torch.profiler``: a C++ loop inside one operator, such as
+float32 ``grouped_mm``'s per-group GEMMs, shows there and not in the operator count); ``--dense on|off`` picks the
+experts' GEMM path (``harness/backends/local/grouped.py``; default: dense on any device but the CPU).
 
 One torch thread (``--threads``) unless told otherwise: on a 2-core machine timings swing with two. Beside the wall
 time, the process's CPU time per step (``time.process_time``): on a shared CPU (a study running beside) it is the
