@@ -47,20 +47,24 @@ class Layout:
         self.dense = dense_on(counts.device)
         if self.dense:
             self.cap = max(1, int(cap.max()) if isinstance(cap, Tensor) else int(cap))
-            group = torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device), counts)
-            self.place = group * self.cap + torch.arange(group.numel(), device=counts.device) - \
-                (counts.cumsum(0) - counts)[group]
+            group, pos = positions(counts)
+            self.place = group * self.cap + pos
             self.total = counts.numel() * self.cap
             return
         need = cap.clamp(max=MIN_ROWS) if isinstance(cap, Tensor) else min(cap, MIN_ROWS)
         rows = torch.where(counts > 0, torch.maximum(counts, torch.as_tensor(need, device=counts.device)), counts)
         self.place: Tensor | None = None
         if not torch.equal(rows, counts):
-            group = torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device), counts)
-            pos = torch.arange(group.numel(), device=counts.device) - (counts.cumsum(0) - counts)[group]
+            group, pos = positions(counts)
             self.place = (rows.cumsum(0) - rows)[group] + pos
             self.total = int(rows.sum())
         self.offs = rows.cumsum(0).to(torch.int32)
+
+
+def positions(counts: Tensor) -> tuple[Tensor, Tensor]:
+    """For the rows sorted by group: each row's group and its place within that group."""
+    group = torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device), counts)
+    return group, torch.arange(group.numel(), device=counts.device) - (counts.cumsum(0) - counts)[group]
 
 
 def grouped(x: Tensor, w: Tensor, layout: Layout) -> Tensor:

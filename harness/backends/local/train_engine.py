@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from harness.backends.local.grouped import GroupedMM, Layout
+from harness.backends.local.grouped import GroupedMM, Layout, positions
 from harness.backends.local.model import Policy, PolicyPack, apply_rope, rope_range, stacked_weights
 from harness.estimators.base import PolicyForward
 
@@ -82,15 +82,16 @@ def _experts(x: Tensor, selected: Tensor, gates: Tensor, w_gate: Tensor, w_up: T
     e, d, f = w_gate.shape[1], w_gate.shape[2], w_gate.shape[3]
     key = (selected + (torch.arange(s_, device=x.device) * e)[:, None, None]).reshape(-1)  # seed * E + expert
     order = key.argsort(stable=True)
-    group = key[order]
     counts = torch.bincount(key, minlength=s_ * e)
     caps = counts.view(s_, e).amax(1)  # [S]
-    base = torch.cumsum(e * caps, 0) - e * caps  # each seed's first row in the padded layout
-    seed = group // e
-    pos = torch.arange(s_ * n * k, device=x.device) - (counts.cumsum(0) - counts)[group]  # place within its group
-    row = base[seed] + (group % e) * caps[seed] + pos
-    seeds = tuple(zip(base.tolist(), caps.tolist()))
     layout = Layout(counts, caps.repeat_interleave(e))
+    row = seeds = None  # the per-seed padded rows of the weight gradient: the CPU's form (a GPU's is one bmm)
+    if not layout.dense:
+        base = torch.cumsum(e * caps, 0) - e * caps  # each seed's first row in the padded layout
+        group, pos = positions(counts)  # each sorted row's group (= key[order]) and place within it
+        seed = group // e
+        row = base[seed] + (group % e) * caps[seed] + pos
+        seeds = tuple(zip(base.tolist(), caps.tolist()))
     token = order // k
     w_gu = torch.cat([w_gate, w_up], -1).view(s_ * e, d, 2 * f)
     gu = GroupedMM.apply(x.index_select(0, token), w_gu, layout, row, seeds)  # [S N k, 2f]
