@@ -89,14 +89,31 @@ def _result_state(folder: str, job_id: str) -> JobState:
     return JobState("LOST", False, f"no result file; see {paths.stdout}")
 
 
+PF_KTHREAD = 0x00200000  # a kernel thread (linux/sched.h): its cmdline is always empty
+
+
 def _pid_alive(pid: str) -> bool:
     try:
         stat = Path(f"/proc/{int(pid)}/stat").read_text()
-        cmd = Path(f"/proc/{int(pid)}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        cmd = Path(f"/proc/{int(pid)}/cmdline").read_bytes()
     except (OSError, ValueError):
         return False
-    state = stat.rsplit(")", 1)[-1].split()[0]
-    return state not in ("Z", "X") and "submitit" in cmd
+    return alive_from_proc(stat, cmd)
+
+
+def alive_from_proc(stat: str, cmdline: bytes) -> bool:
+    """Whether ``/proc/<pid>/{stat,cmdline}`` describe a live local job (a submitit worker).
+
+    An empty cmdline on a live user process means it is inside ``execve``: ``Popen`` (vfork) returns
+    as soon as the child takes its new address space, before the kernel has written its arguments.
+    Such a worker is alive; taking it for gone made ``--wait`` return before the run had finished."""
+    fields = stat.rsplit(")", 1)[-1].split()
+    state, flags = fields[0], int(fields[6])
+    if state in ("Z", "X"):
+        return False
+    if not cmdline:
+        return not flags & PF_KTHREAD
+    return "submitit" in cmdline.replace(b"\0", b" ").decode(errors="replace")
 
 
 def job_states(records: Iterable[dict]) -> dict[str, JobState]:
