@@ -26,7 +26,7 @@ probe: install
 # pre-registered conditions in blocks of 4 seeds (scripts/run_study_v3.sh, nice 19; finished runs are skipped, so a
 # rerun resumes), their reports and their per-step histories (the metrics the verdicts and the conservative-update
 # control read: a report from the file, `--from`, gives the same verdicts; docs/results/v3_*/histories.json.gz).
-V3_METRICS := reward/mean,reward/accuracy,policy/loss,time/step_s,is/masked_frac,policy/clipfrac,policy/update_norm,policy/grad_norm,policy/approx_kl,mismatch/k3,mismatch/rec_k3,mismatch/abs_diff,noise/var_rollout,moe/routing_flip_rate,is/weight_max,perturb/level
+V3_METRICS := moe/replay_coverage,reward/mean,reward/accuracy,policy/loss,time/step_s,is/masked_frac,policy/clipfrac,policy/update_norm,policy/grad_norm,policy/approx_kl,mismatch/k3,mismatch/rec_k3,mismatch/abs_diff,noise/var_rollout,moe/routing_flip_rate,is/weight_max,perturb/level
 study: install
 	$(PY) scripts/calibrate_sparse_noise.py --out docs/results/noise_v3/calibration.csv > docs/results/noise_v3/calibration.txt
 	$(PY) -m harness.sweep sweeps/pilot_v3.yaml launcher=local --wait

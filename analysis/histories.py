@@ -10,7 +10,8 @@ path, so the report's tables from the file are byte for byte those from the stor
 line once decompressed (``zcat FILE | head``)::
 
     {"format": "moe-rl-harness histories", "version": 1,
-     "experiment": {"name": "ablation", "experiment_id": "3", "tracking_uri": "sqlite:///.../mlruns.db"},
+     "experiment": {"name": "ablation", "experiment_id": "3", "tracking_uri": "sqlite:///.../mlruns.db",
+                    "tags": {"primary_contrasts": "{...}", ...}},   # the experiment's tags (absent: none known)
      "metrics": ["is/ess", "mismatch/k3", ...],   # the metrics whose histories the file holds, sorted
      "complete": true,                             # true: every metric any run logged is in "metrics"
      "runs": [
@@ -26,6 +27,10 @@ line once decompressed (``zcat FILE | head``)::
   (FINISHED, RUNNING, KILLED, FAILED; training, probe, summary and foreign runs), so that reading the file
   leaves out the same runs for the same reasons as reading the store, and ``--include-unfinished`` and
   ``--group-by`` (any tag or param) work on it.
+- ``experiment.tags``: every tag of the MLflow experiment, as strings. The declared primary contrasts (tag
+  ``primary_contrasts``, :mod:`harness.launch.primary`) travel with the runs, so a report from the file tests the
+  same primary family, with the same "pre-registered" label, as the store's. A file written before the key existed
+  reads as an experiment with no tags.
 - ``histories``: per metric, the steps (integers, ascending, each once: a step logged twice keeps its latest
   value) and the values (float64) exactly as :func:`analysis.load.history_series` returns them (MLflow's stored
   +-1.797e308 already mapped back to +-inf). A metric the run never logged is absent.
@@ -121,7 +126,8 @@ def export(name: str, tracking_uri: str | None = None, path: str | Path = "", me
              f"{'it' if len(never) == 1 else 'them'}")
     histories = _load_histories(client, [r.run_id for r in records], tuple(chosen), threads)
     head = {"format": FORMAT, "version": VERSION,
-            "experiment": {"name": name, "experiment_id": exp.experiment_id, "tracking_uri": tracking_uri},
+            "experiment": {"name": name, "experiment_id": exp.experiment_id, "tracking_uri": tracking_uri,
+                           "tags": {str(k): str(v) for k, v in sorted((exp.tags or {}).items())}},
             "metrics": chosen, "complete": set(logged) <= set(chosen)}
     lines = [json.dumps(_run_json(r, histories), allow_nan=False) for r in records]
     text = json.dumps(head, allow_nan=False)[:-1] + ', "runs": [\n' + ",\n".join(lines) + "\n]}\n"
@@ -203,8 +209,10 @@ def load(path: str | Path, name: str | None = None, metrics: Sequence[str] | Non
                                             index=pd.Index(np.asarray(h["step"], dtype=np.int64), name="step"))
         return out
 
-    return assemble(file_name, str(head.get("experiment_id", "")), URI_PREFIX + str(path), records, fetch,
-                    metrics=wanted, group_by=group_by, include_unfinished=include_unfinished)
+    exp = assemble(file_name, str(head.get("experiment_id", "")), URI_PREFIX + str(path), records, fetch,
+                   metrics=wanted, group_by=group_by, include_unfinished=include_unfinished)
+    exp.tags = {str(k): str(v) for k, v in (head.get("tags") or {}).items()}
+    return exp
 
 
 def open_experiment(name: str | None, tracking_uri: str | None = None, source: str | Path | None = None,

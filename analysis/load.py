@@ -102,6 +102,8 @@ class Experiment:
     groups: pd.DataFrame = field(default_factory=pd.DataFrame)  # label, group_key, runs, seeds, apart
     # group_key -> the identity params its first run logged (empty for runs that logged none)
     group_params: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: The experiment's own tags when read from a histories file (None: read them from the store, ``tracking_uri``).
+    tags: dict[str, str] | None = None
 
     @property
     def labels(self) -> list[str]:

@@ -80,7 +80,7 @@ def build_report(
     exp = open_experiment(experiment, tracking_uri, source, metrics=metrics, filter_string=filter_string,
                           group_by=group_by, include_unfinished=include_unfinished)
     log_to_mlflow = log_to_mlflow and source is None  # a file has no store to log to
-    declared = declared_primary(exp) if source is None and not primary else None
+    declared = declared_primary(exp) if not primary else None
     primary = list(primary) or [tuple(c) for c in (declared or {}).get("contrasts", [])]
     out = out_folder(exp.name, out_dir)  # under the project, name sanitised
     out.mkdir(parents=True, exist_ok=True)  # only once the experiment is there: a bad name leaves no folder
@@ -173,11 +173,15 @@ def build_report(
 
 
 def declared_primary(exp: Experiment) -> dict | None:
-    """The primary contrasts a sweep declared for this experiment (tag ``primary_contrasts``), or None."""
+    """The primary contrasts a sweep declared for this experiment (tag ``primary_contrasts``: the store's, or the
+    histories file's copy), or None."""
     import json
 
     from .load import client_for
 
+    if exp.tags is not None:  # read from a histories file: its copy of the experiment's tags
+        tag = exp.tags.get(M.EXPERIMENT_TAGS["primary"])
+        return json.loads(tag) if tag else None
     try:
         tag = client_for(exp.tracking_uri).get_experiment(exp.experiment_id).tags.get(M.EXPERIMENT_TAGS["primary"])
     except Exception:  # noqa: BLE001 - a store without the experiment's tags: nothing declared

@@ -80,6 +80,9 @@ def mixed(empty_db, tmp_path_factory):
     client.create_run(exp_id, tags={"analysis_summary": "1"})  # skipped silently
     log_probe_run(uri, "mixed", "moe", 0.009, 2e-3, 1e-7)
     log_probe_run(uri, "mixed", "dense", 0.002, 1e-5, 0.0)
+    # primary contrasts declared as a sweep does (harness.launch.primary): they must travel with the file
+    client.set_experiment_tag(exp_id, M.EXPERIMENT_TAGS["primary"], json.dumps(
+        {"contrasts": [["recompute", "rollout"], ["trend", "mean_n over n"]], "declared_at_ms": 1, "history": []}))
     path = root / "mixed.json.gz"
     done = export("mixed", uri, path)
     return uri, path, left, rid, done
@@ -113,6 +116,10 @@ def test_report_from_the_file_is_the_stores_byte_for_byte(mixed, tmp_path, fast_
     assert figs and figs == {p.name for p in (tmp_path / "file").iterdir() if p.suffix in (".png", ".pdf")}
     assert _report_md(tmp_path / "store") == _report_md(tmp_path / "file")
     assert file.summary_run_id is None  # nothing logged anywhere
+    # the declared primary contrasts travel with the file: the same note (declared before the runs) as the store's
+    note = [n for n in file.notes if n.startswith("primary contrasts (recompute vs rollout")]
+    assert note and "declared by the sweep at 1970-01-01 00:00 UTC, before the first run started: pre-registered" \
+        in note[0] and file.notes == store.notes
 
 
 def test_left_out_runs_notes_and_histories_are_the_stores(mixed):

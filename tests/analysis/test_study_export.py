@@ -1,11 +1,14 @@
 """``make study`` exports each v3 experiment's histories with a chosen metric list (``V3_METRICS``, Makefile): the
 file must hold every history the report's measures and verdicts read (reward, and ``policy/loss``: a non-finite loss
-is a collapse, analysis/measures.py), the along-training table's metrics, and nothing that is not a metric."""
+is a collapse, analysis/measures.py), every history ``--from`` asks of a file (``default_metrics``: without
+``moe/replay_coverage`` a report from the file stops with an error), the along-training table's metrics, and nothing
+that is not a metric."""
 import re
 from pathlib import Path
 
 from analysis.along import ALONG
 from analysis.config import AnalysisConfig
+from analysis.load import default_metrics
 from harness import metrics as M
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,6 +23,6 @@ def v3_metrics() -> list[str]:
 def test_the_study_export_holds_what_the_report_reads():
     cfg = AnalysisConfig()
     chosen = set(v3_metrics())
-    needed = {cfg.reward_metric, cfg.loss_metric, cfg.kl_metric, cfg.time_metric, *ALONG}
+    needed = {cfg.reward_metric, cfg.loss_metric, cfg.kl_metric, cfg.time_metric, *default_metrics(), *ALONG}
     assert needed <= chosen, sorted(needed - chosen)
     assert chosen <= set(M.CATALOGUE), sorted(chosen - set(M.CATALOGUE))
