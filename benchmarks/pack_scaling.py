@@ -7,7 +7,8 @@
 For each estimator (``--estimators``, default recompute and mean_n with n = 8) and pack size S: a ``PackTrainer``
 of seeds 0..S-1 of the default spec (``--overrides`` change it) takes ``--warmup`` steps, then ``--steps`` timed steps
 (``torch.cuda.synchronize`` around each on CUDA); its seed-steps/s is S / (s/step) and its ratio is that over the
-pack of one's. Then one more step runs under a ``TorchDispatchMode`` that counts every ATen operator call and the
+pack of one's. ``set-up s``: the pack's construction (its seeds built and warm-started together, or read from the
+warm-start cache, and moved to the device; ``--cold``: from an empty cache, so every warm start is computed). Then one more step runs under a ``TorchDispatchMode`` that counts every ATen operator call and the
 host synchronisations among them (``.item()``/``.tolist()`` read-backs, ``nonzero``, copies to the host):
 **the operator count per step must not grow with the pack size** (issue 29's device-independent check, target:
 a pack of 64 within 1.1x of a pack of 1). A pack that runs out of memory is reported and the larger ones skipped.
@@ -25,6 +26,7 @@ import argparse
 import dataclasses
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -49,7 +51,14 @@ def measure(estimator: list[str], size: int, device: torch.device, args) -> dict
 
     base = load([*estimator, *args.overrides, f"trainer.steps={args.warmup + args.steps + 2}"])
     cfgs = [dataclasses.replace(base, seed=s) for s in range(size)]  # composed once: 256 composes take a minute
-    trainer = PackTrainer(cfgs, device)
+    if args.cold:  # set-up from scratch: an empty warm-start cache for this pack
+        from harness.backends.local import warmstart
+        warmstart.CACHE = Path(tempfile.mkdtemp(prefix="pack-scaling-cache-"))
+    _sync(device)
+    t0 = time.perf_counter()
+    trainer = PackTrainer(cfgs, device)  # set-up: the seeds built, warm-started (or read from the cache), on device
+    _sync(device)
+    setup = time.perf_counter() - t0
     for _ in range(args.warmup):
         trainer.step_seeds()
     times, cpu = [], []
@@ -71,7 +80,7 @@ def measure(estimator: list[str], size: int, device: torch.device, args) -> dict
         kernels = sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA)
     s_step = statistics.median(times)
     c_step = statistics.median(cpu)
-    return {"s_step": s_step, "seed_steps_s": size / s_step, "cpu_step": c_step, "cpu_seed_steps_s": size / c_step,
+    return {"setup": setup, "s_step": s_step, "seed_steps_s": size / s_step, "cpu_step": c_step, "cpu_seed_steps_s": size / c_step,
             "ops": count.ops, "syncs": count.syncs, "kernels": kernels}
 
 
@@ -90,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
                          "harness/backends/local/grouped.py)")
     ap.add_argument("--kernels", action="store_true", help="on CUDA, also count one step's GPU kernels (profiler)")
     ap.add_argument("--quick", action="store_true", help="2 timed steps after 1 warm-up (a smoke test)")
+    ap.add_argument("--cold", action="store_true",
+                    help="set up every pack from an empty warm-start cache (its warm starts computed, together)")
     args = ap.parse_args(argv)
     if args.quick:
         args.steps, args.warmup = 2, 1
@@ -102,9 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({args.threads} thread(s))"
     print(f"# device: {name}; torch {torch.__version__}; {args.steps} timed steps after {args.warmup} warm-up; "
           f"dense expert GEMMs: {args.dense}")
-    print("| estimator | pack | s/step | seed-steps/s | x one seed | CPU s/step | x one seed (CPU) | ops/step | "
+    print("| estimator | pack | set-up s | s/step | seed-steps/s | x one seed | CPU s/step | x one seed (CPU) | ops/step | "
           "ops/step / pack of 1 | host syncs/step | GPU kernels/step |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for spec in args.estimators:
         overrides = spec.split(",")
         base = None
@@ -112,10 +123,10 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 r = measure(overrides, size, device, args)
             except torch.OutOfMemoryError:
-                print(f"| {spec} | {size} | out of memory | | | | | | | | |")
+                print(f"| {spec} | {size} | out of memory | | | | | | | | | |")
                 break
             base = base or r
-            print(f"| {spec} | {size} | {r['s_step']:.3f} | {r['seed_steps_s']:.1f} | "
+            print(f"| {spec} | {size} | {r['setup']:.2f} | {r['s_step']:.3f} | {r['seed_steps_s']:.1f} | "
                   f"{r['seed_steps_s'] / base['seed_steps_s']:.2f} | {r['cpu_step']:.3f} | "
                   f"{r['cpu_seed_steps_s'] / base['cpu_seed_steps_s']:.2f} | {r['ops']} | {r['ops'] / base['ops']:.2f} | "
                   f"{r['syncs']} | {'' if r['kernels'] is None else r['kernels']} |", flush=True)

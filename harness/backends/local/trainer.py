@@ -38,7 +38,7 @@ from harness.backends.local.optim import PackAdamW
 from harness.backends.local.prefix_cache import replay_coverage
 from harness.backends.local.tasks import Task
 from harness.backends.local.train_engine import TrainEngine
-from harness.backends.local.warmstart import warm_start
+from harness.backends.local.warmstart import warm_start_pack
 from harness.spec import RunConfig
 from harness.estimators.base import OldPolicy, PolicyForward
 from harness.estimators.losses import ppo_terms
@@ -197,9 +197,8 @@ class PackTrainer:
         self.seeds = [c.seed for c in cfgs]
         self.size = len(cfgs)
         cfg = self.cfg
-        policies, self.warmstarts = zip(*(warm_start(cfg.model, cfg.task, s) for s in self.seeds))
-        self.warmstarts = list(self.warmstarts)
-        self.policy = PolicyPack.of(list(policies)).to(device)
+        # set up in bulk: cached seeds read, the others warmed up together on the device (warmstart.py)
+        self.policy, self.warmstarts = warm_start_pack(cfg.model, cfg.task, self.seeds, device)
         self.train = TrainEngine(self.policy, cfg.inference.temperature)
         self.estimator = estimators.build(cfg.estimator)
         self.infer = InferenceEngine(self.policy, self.estimator.inference(cfg.inference), self.seeds, device)

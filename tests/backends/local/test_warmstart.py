@@ -82,3 +82,52 @@ def test_a_cache_that_cannot_be_written_is_a_warning_and_the_warm_start_goes_on(
     assert record["steps"] == 5
     assert f"warning: warm start not cached (cannot write {path}: No space left on device)" in err
     assert not path.exists() and not list(path.parent.glob("*.tmp"))  # no half file left to break the next run
+
+
+# ---------------------------------------------------------------- set-up in bulk (issue 41, item 2)
+BULK = ["task.warmstart.max_steps=4", "task.warmstart.eval_every=2", "task.warmstart.batch_size=8",
+        "task.warmstart.target_reward=0.07"]
+
+
+def test_a_pack_of_64_warms_up_together_and_each_seed_is_bitwise_its_warm_start_alone(tmp_path, monkeypatch):
+    """64 seeds warmed up as one pack (one forward/backward per step for all of them; seeds leave the pack as they
+    reach the target) give each seed bitwise the weights and record of its warm start alone, and the cache files
+    they write are the ones a seed alone reads."""
+    monkeypatch.setattr(warmstart, "CACHE", tmp_path / "cache")
+    cfg = load(BULK)
+    seeds = list(range(64))
+    calls = []
+    real = warmstart.train_engine.forward
+    monkeypatch.setattr(warmstart.train_engine, "forward", lambda *a, **k: calls.append(1) or real(*a, **k))
+    pack, records = warmstart.warm_start_pack(cfg.model, cfg.task, seeds, progress=False)
+    together = len(calls)
+    steps = {r["steps"] for r in records}
+    assert len(steps) >= 2 and 4 in steps, "the budget must make seeds leave the pack at different steps"
+    for i, s in enumerate(seeds):
+        alone, record = warmstart.warm_start(cfg.model, cfg.task, s, use_cache=False, progress=False)
+        assert record == records[i]
+        for name, w in alone.state_dict().items():
+            assert torch.equal(pack.weights()[name][i], w), (s, name)
+    # no per-seed loop of model calls: 3 reward checks (one call per sampled token) and 4 supervised steps, each
+    # one call for all the seeds still warming up (64 seeds alone: 64 times as many)
+    assert together == 3 * warmstart.Task(cfg.task).answer_len + 4
+    # the cache: a seed alone now reads what the pack wrote
+    cached, record = warmstart.warm_start(cfg.model, cfg.task, 5, progress=False)
+    assert record == records[5] and torch.equal(cached.state_dict()["embed"], pack.weights()["embed"][5])
+
+
+def test_a_cached_pack_is_read_without_building_initial_weights(tmp_path, monkeypatch):
+    monkeypatch.setattr(warmstart, "CACHE", tmp_path / "cache")
+    cfg = load(BULK)
+    first, _ = warmstart.warm_start_pack(cfg.model, cfg.task, [3, 1, 2], progress=False)
+    monkeypatch.setattr(warmstart, "build_policy", lambda *a: pytest.fail("built initial weights for a cached seed"))
+    again, _ = warmstart.warm_start_pack(cfg.model, cfg.task, [2, 3, 1], progress=False)
+    for name in first.names:
+        assert torch.equal(again.weights()[name], first.weights()[name][[2, 0, 1]])
+
+
+def test_a_warm_start_made_on_another_device_has_its_own_cache_file():
+    cfg = load([])
+    cpu = warmstart.cache_path(cfg.model, cfg.task, 0)
+    assert warmstart.cache_path(cfg.model, cfg.task, 0, torch.device("cpu")) == cpu  # the CPU's files stay valid
+    assert warmstart.cache_path(cfg.model, cfg.task, 0, torch.device("meta")) != cpu
