@@ -1,7 +1,7 @@
 # The two commands of the README. Both install into .venv first (scripts/install.sh).
 PY := .venv/bin/python
 
-.PHONY: install install-test demo test probe bench bench-overlap results study stress bench-quoted calibrated agentic ablation20 clean verl-smoke verl-smoke-multi-turn verl-pass-variance gpu-engine-check gpu-engine-check-wheels verl-image verl-sif
+.PHONY: install install-test demo test probe bench bench-overlap results study stress bench-quoted calibrated agentic ablation20 clean verl-smoke verl-smoke-multi-turn verl-pass-variance gpu-engine-check gpu-engine-check-wheels gpu-wheels verl-image verl-sif
 
 install:
 	bash scripts/install.sh
@@ -148,6 +148,22 @@ gpu-engine-check-wheels:
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 	  -d .whl $(GPU_CHECK_WHEELS)
 	$(PY) -m pip wheel --no-deps -w .whl antlr4-python3-runtime==4.9.3  # sdist only on PyPI (pure Python)
+
+# issue 41: the wheels a bare GPU machine lacks for the study pipeline (benchmarks/gpu_study.sh: MLflow's tracking
+# client and sqlite store, Hydra, submitit, ruptures and their dependencies), resolved together for Python $(PYVER),
+# into .whl/study-cp<ver>; what such a machine has (torch, numpy, scipy, pandas, ...) is left out. ~20 MiB for 3.12.
+PYVER ?= 3.12
+STUDY_WHEELS := mlflow-skinny==3.17.2 sqlalchemy==2.1.9 alembic==1.20.1 hydra-core==1.3.8 omegaconf==2.3.1 \
+	antlr4-python3-runtime==4.9.3 submitit==1.5.4 ruptures==1.1.10
+STUDY_DIR := .whl/study-cp$(subst .,,$(PYVER))
+gpu-wheels:
+	mkdir -p $(STUDY_DIR)
+	$(PY) -m pip wheel -q --no-deps -w $(STUDY_DIR) antlr4-python3-runtime==4.9.3  # sdist only on PyPI (pure Python)
+	$(PY) -m pip download -q --only-binary=:all: --python-version $(PYVER) --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  --find-links $(STUDY_DIR) -d $(STUDY_DIR) $(STUDY_WHEELS)
+	rm -f $(STUDY_DIR)/numpy-* $(STUDY_DIR)/scipy-*  # the bare machine has them (and they are 50 MiB)
+	du -sh $(STUDY_DIR); ls $(STUDY_DIR) | wc -l
 
 clean:
 	rm -rf runs figures .cache/warmstart

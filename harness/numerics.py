@@ -101,17 +101,34 @@ def mkl_branch() -> str:
 
 def fingerprint(device: str = "cpu") -> dict[str, str]:
     """What the bits of a run depend on. ``key``: what bitwise identity is promised over (same key, same bits);
-    the rest is recorded for information."""
+    the rest is recorded for information. A GPU run's key promises bits only with ``deterministic`` in it
+    (:func:`deterministic`); without, two runs of one GPU differ in the low bits (docs/reliability.md)."""
     import torch
 
     fp = {"torch": torch.__version__, "aten": torch.backends.cpu.get_cpu_capability(), "mkl": mkl_branch(),
           "cpu": cpu_model()}
     if str(device).startswith("cuda"):
         fp["device"] = torch.cuda.get_device_name(torch.device(device))
-        fp["key"] = f"torch {fp['torch']} | {fp['device']}"
+        mode = "deterministic" if torch.are_deterministic_algorithms_enabled() else "nondeterministic"
+        fp["key"] = f"torch {fp['torch']} | {fp['device']} | {mode}"
     else:
         fp["key"] = f"torch {fp['torch']} | aten {fp['aten']} | mkl {fp['mkl']}"
     return fp
+
+
+#: cuBLAS's workspace setting for reproducible GEMMs (CUDA's documentation, "Results reproducibility"; PyTorch's
+#: "Reproducibility" notes): without it, use_deterministic_algorithms raises on the first cuBLAS call
+CUBLAS_WORKSPACE = ":4096:8"
+
+
+def deterministic() -> None:
+    """Ask torch for deterministic kernels in this process (``backend.deterministic``): on a GPU, the atomic adds and
+    cuBLAS's split reductions replaced by reproducible ones, at a price (docs/speed.md); an operation with no
+    deterministic kernel raises instead of running. Call before the process's first CUDA operation."""
+    import torch
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    torch.use_deterministic_algorithms(True)
 
 
 def pinned() -> bool:

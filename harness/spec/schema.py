@@ -156,6 +156,9 @@ class BackendConfig:
     name: str = "local"
     device: str = "cpu"  # cpu | cuda | auto
     threads: int = 1  # torch threads per process (timings on 2 cores swing 20-40x with 2)
+    # a GPU run reproducible: torch.use_deterministic_algorithms + CUBLAS_WORKSPACE_CONFIG (harness/numerics.py:
+    # deterministic); its price on a GPU: docs/speed.md. A CPU run is deterministic anyway (the flag is still set)
+    deterministic: bool = False
 
 
 @dataclass

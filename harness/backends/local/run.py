@@ -116,10 +116,13 @@ def _train(records: list, on_step: OnStep | None, progress: bool) -> list[RunSum
     """Train the prepared ``records`` (seeds of one spec at one step, folders locked) as one pack."""
     import torch
 
+    from harness import numerics
     from harness.backends.local.overlap import make_trainer
 
     cfg = records[0].cfg
     torch.set_num_threads(cfg.backend.threads)
+    if cfg.backend.deterministic:
+        numerics.deterministic()
     torch.manual_seed(cfg.seed)
     trainer = make_trainer([r.cfg for r in records], device_of(cfg))  # with overlap, a rollout process: closed below
     try:
