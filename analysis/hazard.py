@@ -96,8 +96,8 @@ def run_table(exp: Experiment, cfg: AnalysisConfig, horizon: float) -> pd.DataFr
     if len(exp.runs) == 0:
         raise AnalysisError(f"experiment {exp.name!r} holds no finished training run to map")
     for key in (DOSE_PARAM, LR_PARAM):
-        if key not in exp.runs:
-            raise AnalysisError(f"experiment {exp.name!r}: no run column {key!r}")
+        if key not in exp.runs:  # the loader adds a column per --group-by key
+            raise AnalysisError(f"experiment {exp.name!r}: runs loaded without their `{key}` (load with group_by)")
     m = endpoints(measure_experiment(exp, cfg), horizon).set_index("run_id")
     rows = []
     for _, run in exp.runs.iterrows():

@@ -62,6 +62,7 @@ and loss histories run past H by an unscored tail (docs/preregistration_v4.md: 1
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from dataclasses import dataclass
 
@@ -98,7 +99,7 @@ def endpoint(reward: pd.Series, loss: pd.Series, horizon: float, cfg: AnalysisCo
 def endpoints(measures: pd.DataFrame, horizon: float) -> pd.DataFrame:
     """``measures`` (:func:`analysis.measures.measure_experiment`) plus ``time``, ``event`` and ``tail`` (steps
     logged past H: 0 or less means the run has no unscored tail)."""
-    if not (isinstance(horizon, (int, float)) and math.isfinite(horizon) and horizon > 0):
+    if not (isinstance(horizon, numbers.Real) and math.isfinite(horizon) and horizon > 0):
         from .load import AnalysisError
 
         raise AnalysisError(f"--horizon must be a positive number of steps, got {horizon!r}")

@@ -81,6 +81,14 @@ def test_a_zero_event_arm_gets_the_profile_interval_never_a_point():
     assert logrank(t, e, a, s).p < 0.01  # the log-rank test is valid with a zero-event arm
 
 
+def test_events_in_both_arms_but_b_always_first_is_a_monotone_likelihood_too():
+    s = np.repeat(np.arange(8), 2)
+    a = np.tile([0, 1], 8)
+    hr = cox_hr(np.where(a == 1, 10.0 + s, 20.0 + s), np.ones(16, bool), a, s)  # in every seed B fails first
+    assert (hr.events_a, hr.events_b, hr.method, hr.point, hr.hi) == (8, 8, "profile", math.inf, math.inf)
+    assert 1.0 < hr.lo < math.inf and hr.p < 0.01
+
+
 def test_no_events_in_either_arm_is_said_so():
     t, _, a, s = paired_exponential(np.random.default_rng(1), 8, 1.0, horizon=1.0)
     none = np.zeros_like(a, dtype=bool)
