@@ -192,7 +192,7 @@ class LogRank:
     strata: int
 
 
-def logrank(time, event, arm, strata, ci: float = 0.95) -> LogRank:
+def logrank(time, event, arm, strata) -> LogRank:
     """Seed-stratified log-rank of arm 1 (B) vs arm 0 (A) (statsmodels ``survdiff``)."""
     from statsmodels.duration.survfunc import survdiff
 
