@@ -1,4 +1,4 @@
-"""Command line: ``python -m analysis {report,dose,compare,export,list,params,readme,validate} ...``.
+"""Command line: ``python -m analysis {report,dose,hazard,compare,export,list,params,readme,validate} ...``.
 
 Exit status: 0 success, 2 a problem the user can fix (unknown experiment or group, bad option), 1 an
 unexpected error. Heavy modules (mlflow, matplotlib, pandas) are imported only once a command runs,
@@ -13,6 +13,7 @@ EPILOG = """examples:
   python -m analysis report --experiment ablation
   python -m analysis report --experiment ablation --x n   # the n-sweep logs into the ablation experiment
   python -m analysis dose --experiment dose --out docs/results/dose   # collapse vs KL along training, per arm
+  python -m analysis hazard --experiment v4_map --horizon 1500 --out docs/results/v4_map   # stage A's map + rule
   python -m analysis compare --experiment ablation --a mean_n --b tis
   python -m analysis export --experiment ablation --out docs/results/ablation.json.gz   # runs + full histories
   python -m analysis report --from docs/results/ablation.json.gz   # the same report, no MLflow store
@@ -103,6 +104,19 @@ def parser() -> argparse.ArgumentParser:
     dp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                     help="override an analysis parameter (repeatable; see `params`)")
     dp.add_argument("--config", default=None, help="YAML file of analysis parameters")
+    hz = sub.add_parser("hazard", help="hazard map: collapse by a horizon per (kl_target dose, lr) cell, KM, the "
+                        "stage A selection rule (docs/preregistration_v4.md)")
+    _source(hz)
+    hz.add_argument("--horizon", type=float, required=True, help="the last scored step H (steps after it: the unscored tail)")
+    hz.add_argument("--tracking-uri", default=None,
+                    help="MLflow tracking URI (default: sqlite:///<project root>/mlruns.db)")
+    hz.add_argument("--filter", default=None, dest="filter_string", help="MLflow search filter on the runs")
+    hz.add_argument("--include-unfinished", action="store_true",
+                    help="keep runs that are not FINISHED (default: left out and listed in a note)")
+    hz.add_argument("--out", default=None, help="output folder (default: <project>/figures/<experiment>)")
+    hz.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                    help="override an analysis parameter (repeatable; see `params`)")
+    hz.add_argument("--config", default=None, help="YAML file of analysis parameters")
     cp = sub.add_parser("compare", help="probability of improvement and CIs between two groups")
     _common(cp)
     cp.add_argument("--a", required=True, help="group label or estimator name (e.g. mean_n or 'mean_n(n=8)')")
@@ -189,6 +203,14 @@ def cmd_dose(args) -> int:
     return 0
 
 
+def cmd_hazard(args) -> int:
+    from .hazard import build_hazard
+
+    build_hazard(args.experiment, args.tracking_uri, args.out, _config(args), args.horizon, source=args.source,
+                 include_unfinished=args.include_unfinished, filter_string=args.filter_string)
+    return 0
+
+
 def cmd_compare(args) -> int:
     from .compare import compare_table, resolve_group
     from .histories import open_experiment
@@ -271,7 +293,7 @@ def cmd_export(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    handler = {"report": cmd_report, "dose": cmd_dose, "compare": cmd_compare, "export": cmd_export_histories,
+    handler = {"report": cmd_report, "dose": cmd_dose, "hazard": cmd_hazard, "compare": cmd_compare, "export": cmd_export_histories,
                "list": cmd_list, "params": cmd_params, "readme": cmd_readme, "validate": cmd_validate,
                "power": cmd_power, "verdicts": cmd_verdicts,
                "export-curves": cmd_export}[args.command]
