@@ -41,12 +41,26 @@ class ProbeResult:
 
 @torch.no_grad()
 def probe(cfg: RunConfig, n: int = 8, sequences: int = 256) -> ProbeResult:
+    """The probe on the spec's warm-started policy (what ``python -m harness.probe`` reports)."""
     policy, _ = warm_start(cfg.model, cfg.task, cfg.seed)
+    return probe_policy(policy, cfg, n, sequences)
+
+
+@torch.no_grad()
+def probe_policy(policy, cfg: RunConfig, n: int = 8, sequences: int = 256, scale: float | None = None,
+                 prompt_seed: int | None = None, draws: int = 0) -> ProbeResult:
+    """The probe on ``policy`` (a ``Policy``, e.g. a run's weights at some step) with the spec's engines; ``scale``:
+    the KL-held perturbation's scale c_t that step ran at (kl_control.py; None = the configured level); ``draws``: the
+    engine's step word for its keyed random numbers (philox.py), so probes at several steps draw fresh noise."""
     task = Task(cfg.task)
-    prompts, _ = task.sample(sequences, torch.Generator().manual_seed(cfg.seed + 99))
+    seed = cfg.seed + 99 if prompt_seed is None else prompt_seed
+    prompts, _ = task.sample(sequences, torch.Generator().manual_seed(seed))
     device = torch.device("cuda" if cfg.backend.device != "cpu" and torch.cuda.is_available() else "cpu")
     policy = policy.to(device)
     infer = InferenceEngine(policy, cfg.inference, cfg.seed, device)
+    infer.begin_step(draws)
+    if scale is not None:
+        infer.scale = torch.tensor([scale], dtype=torch.float32, device=device)
     roll = task.rollout(infer, prompts.to(device))
     tokens = roll.tokens
     train = TrainEngine(policy, cfg.inference.temperature)
