@@ -1,4 +1,4 @@
-"""Command line: ``python -m analysis {report,dose,hazard,compare,export,list,params,readme,validate} ...``.
+"""Command line: ``python -m analysis {report,dose,hazard,survival,compare,export,list,params,readme,validate} ...``.
 
 Exit status: 0 success, 2 a problem the user can fix (unknown experiment or group, bad option), 1 an
 unexpected error. Heavy modules (mlflow, matplotlib, pandas) are imported only once a command runs,
@@ -14,6 +14,7 @@ EPILOG = """examples:
   python -m analysis report --experiment ablation --x n   # the n-sweep logs into the ablation experiment
   python -m analysis dose --experiment dose --out docs/results/dose   # collapse vs KL along training, per arm
   python -m analysis hazard --experiment v4_map --horizon 1500 --out docs/results/v4_map   # stage A's map + rule
+  python -m analysis survival -e v4_positive --horizon 300 --pair "recompute|mean_n(n=8)"  # time-to-collapse verdicts
   python -m analysis compare --experiment ablation --a mean_n --b tis
   python -m analysis export --experiment ablation --out docs/results/ablation.json.gz   # runs + full histories
   python -m analysis report --from docs/results/ablation.json.gz   # the same report, no MLflow store
@@ -117,6 +118,21 @@ def parser() -> argparse.ArgumentParser:
     hz.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                     help="override an analysis parameter (repeatable; see `params`)")
     hz.add_argument("--config", default=None, help="YAML file of analysis parameters")
+    sv = sub.add_parser("survival", help="time to collapse per arm and for declared pairs: seed-stratified log-rank "
+                        "(Holm over the pairs), Cox HR, RMST, McNemar (docs/preregistration_v4.md)")
+    _source(sv)
+    sv.add_argument("--horizon", type=float, required=True, help="the last scored step H (steps after it: the unscored tail)")
+    sv.add_argument("--pair", action="append", default=[], metavar="A|B", required=True,
+                    help="a declared pair of group labels, e.g. \"recompute|mean_n(n=8)\" (repeatable: one family)")
+    sv.add_argument("--tracking-uri", default=None,
+                    help="MLflow tracking URI (default: sqlite:///<project root>/mlruns.db)")
+    sv.add_argument("--filter", default=None, dest="filter_string", help="MLflow search filter on the runs")
+    sv.add_argument("--include-unfinished", action="store_true",
+                    help="keep runs that are not FINISHED (default: left out and listed in a note)")
+    sv.add_argument("--out", default=None, help="output folder (default: <project>/figures/<experiment>)")
+    sv.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                    help="override an analysis parameter (repeatable; see `params`)")
+    sv.add_argument("--config", default=None, help="YAML file of analysis parameters")
     cp = sub.add_parser("compare", help="probability of improvement and CIs between two groups")
     _common(cp)
     cp.add_argument("--a", required=True, help="group label or estimator name (e.g. mean_n or 'mean_n(n=8)')")
@@ -211,6 +227,14 @@ def cmd_hazard(args) -> int:
     return 0
 
 
+def cmd_survival(args) -> int:
+    from .survival_verdicts import build_survival
+
+    build_survival(args.experiment, args.tracking_uri, args.out, _config(args), args.horizon, args.pair,
+                   source=args.source, include_unfinished=args.include_unfinished, filter_string=args.filter_string)
+    return 0
+
+
 def cmd_compare(args) -> int:
     from .compare import compare_table, resolve_group
     from .histories import open_experiment
@@ -293,7 +317,7 @@ def cmd_export(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    handler = {"report": cmd_report, "dose": cmd_dose, "hazard": cmd_hazard, "compare": cmd_compare, "export": cmd_export_histories,
+    handler = {"report": cmd_report, "dose": cmd_dose, "hazard": cmd_hazard, "survival": cmd_survival, "compare": cmd_compare, "export": cmd_export_histories,
                "list": cmd_list, "params": cmd_params, "readme": cmd_readme, "validate": cmd_validate,
                "power": cmd_power, "verdicts": cmd_verdicts,
                "export-curves": cmd_export}[args.command]

@@ -91,3 +91,23 @@ def km_figure(runs: pd.DataFrame, horizon: float, path: Path, dpi: int = 100) ->
     fig.tight_layout()
     fig.savefig(path, dpi=dpi)
     return path
+
+
+def km_arms_figure(runs: pd.DataFrame, horizon: float, path: Path, dpi: int = 100) -> Path:
+    """Kaplan-Meier curves of the time to collapse, one per arm (``python -m analysis survival``)."""
+    fig = Figure(figsize=(5.6, 3.6))
+    ax = fig.subplots()
+    for i, (label, g) in enumerate(runs.groupby("label", sort=True)):
+        km = kaplan_meier(g["time"], g["event"])
+        ax.step(np.r_[km.times, horizon], np.r_[km.surv, km.surv[-1]], where="post", lw=2.0, color=f"C{i}",
+                label=f"{label} ({km.events}/{km.runs})")
+    ax.set_xlim(0, horizon)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("step")
+    ax.set_ylabel("share not collapsed (Kaplan-Meier)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, title="arm (collapsed/runs)", title_fontsize=8, loc="lower left")
+    ax.set_title(f"time to collapse, censored at step {horizon:g}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    return path

@@ -200,7 +200,10 @@ def logrank(time, event, arm, strata) -> LogRank:
     ea, eb = int(e[a == 0].sum()), int(e[a == 1].sum())
     if ea + eb == 0:
         return LogRank(math.nan, math.nan, 0, 0, len(np.unique(s)))
-    chi2, p = survdiff(t, e.astype(int), a, strata=s)
+    try:
+        chi2, p = survdiff(t, e.astype(int), a, strata=s)
+    except np.linalg.LinAlgError:  # zero variance: every event tied across the arms within its seed (e.g. two arms
+        return LogRank(0.0, 1.0, ea, eb, len(np.unique(s)))  # bitwise alike): O - E = 0, no evidence of a difference
     return LogRank(float(chi2), float(p), ea, eb, len(np.unique(s)))
 
 

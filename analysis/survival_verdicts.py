@@ -1,0 +1,198 @@
+"""``python -m analysis survival``: time-to-collapse verdicts for declared pairs of arms (science v4's positive control
+and stage B; docs/preregistration_v4.md).
+
+**Arms** are the experiment's groups (one spec up to the seed; the group label as the report names it). **Per run**
+the endpoint of :func:`analysis.survival.endpoints` at the horizon H (detector v2 on the whole curve, the unscored
+tail included: an event when a persistent collapse, or the first non-finite reward/loss, starts at or before H;
+else censored at H).
+
+**Per arm** (``arms.md``): runs, events by H, the share collapsed [Clopper-Pearson], the Kaplan-Meier median time to
+collapse, the restricted mean survival time to H [interval] and the final reward's IQM.
+
+**Per declared pair** ``A|B`` (``pairs.md``), over the seeds both arms ran (paired): the **seed-stratified log-rank**
+test (the primary test of every v4 contrast: one chi2 on 1 df, each seed its own stratum), the Cox hazard ratio of B
+vs A with seed strata [CI] (a profile interval when the likelihood is monotone, e.g. no event in one arm; never a
+zero-width point), the paired RMST difference B - A [paired t interval], the exact McNemar test on collapse by H
+(statsmodels), and the events of each arm. The pairs given are one family: **Holm** over their log-rank p values
+(statsmodels ``multipletests``), "shown" when the Holm p < alpha. With no event in either arm there is nothing to
+test: "no events" (never "shown", never a p of 1 that reads like evidence).
+
+Outputs in ``--out``: ``arms.{md,csv}``, ``pairs.{md,csv}``, ``survival_runs.csv`` (the data: one row per run) and
+``km.png`` (Kaplan-Meier curves per arm). Nothing is logged to MLflow.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from .config import AnalysisConfig
+from .histories import open_experiment
+from .load import AnalysisError, Experiment
+from .measures import measure_experiment
+from .paths import out_folder
+from .stats import iqm
+from .survival import cox_hr, endpoints, kaplan_meier, logrank, paired_rmst_difference, rmst, share
+from .tables import Table
+
+
+def parse_pair(text: str) -> tuple[str, str]:
+    """``"A|B"`` -> (A, B); one line naming the option otherwise."""
+    parts = [p.strip() for p in text.split("|")]
+    if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
+        raise AnalysisError(f"--pair {text!r}: write two different group labels as \"A|B\", e.g. "
+                            "\"recompute|mean_n(n=8)\"")
+    return parts[0], parts[1]
+
+
+def run_table(exp: Experiment, cfg: AnalysisConfig, horizon: float) -> pd.DataFrame:
+    """One row per run: run_id, label, seed, time, event, last_step, final."""
+    if len(exp.runs) == 0:
+        raise AnalysisError(f"experiment {exp.name!r} holds no finished training run")
+    m = endpoints(measure_experiment(exp, cfg), horizon)
+    cols = ["run_id", "label", "seed", "time", "event", "last_step", "final"]
+    return m[cols].sort_values(["label", "seed"], kind="stable").reset_index(drop=True)
+
+
+def arm_table(runs: pd.DataFrame, horizon: float, ci: float) -> pd.DataFrame:
+    rows = []
+    for label, g in runs.groupby("label", sort=True):
+        ev = int(g["event"].sum())
+        sh = share(ev, len(g), ci)
+        km = kaplan_meier(g["time"], g["event"])
+        rm = rmst(g["time"], g["event"], horizon, ci)
+        rows.append({"arm": label, "runs": len(g), "events": ev, "share": sh.point, "share_lo": sh.lo,
+                     "share_hi": sh.hi, "km_median": km.median, "rmst": rm.point, "rmst_lo": rm.lo,
+                     "rmst_hi": rm.hi, "final_iqm": iqm(g["final"].to_numpy(float))})
+    return pd.DataFrame(rows)
+
+
+def _mcnemar(a: pd.DataFrame, b: pd.DataFrame) -> float:
+    """Exact McNemar p on collapse by H over the common seeds (1 when no pair is discordant)."""
+    from statsmodels.stats.contingency_tables import mcnemar
+
+    ea = dict(zip(a["seed"], a["event"]))
+    eb = dict(zip(b["seed"], b["event"]))
+    common = sorted(set(ea) & set(eb))
+    table = np.zeros((2, 2), int)
+    for s in common:
+        table[int(ea[s]), int(eb[s])] += 1
+    return float(mcnemar(table, exact=True).pvalue)
+
+
+def pair_table(runs: pd.DataFrame, pairs: list[tuple[str, str]], horizon: float, ci: float,
+               alpha: float) -> pd.DataFrame:
+    from statsmodels.stats.multitest import multipletests
+
+    labels = set(runs["label"])
+    rows = []
+    for a_label, b_label in pairs:
+        missing = [x for x in (a_label, b_label) if x not in labels]
+        if missing:
+            raise AnalysisError(f"--pair {a_label}|{b_label}: no group {missing[0]!r}; the groups are: "
+                                f"{', '.join(sorted(labels))}")
+        a, b = runs[runs["label"] == a_label], runs[runs["label"] == b_label]
+        seeds = sorted(set(a["seed"]) & set(b["seed"]))
+        a, b = a[a["seed"].isin(seeds)], b[b["seed"].isin(seeds)]
+        both = pd.concat([a.assign(arm=0), b.assign(arm=1)])
+        lr = logrank(both["time"], both["event"], both["arm"], both["seed"])
+        hr = cox_hr(both["time"], both["event"], both["arm"], both["seed"], ci)
+        d = paired_rmst_difference(a, b, horizon, ci)
+        rows.append({"A": a_label, "B": b_label, "seeds": len(seeds), "events_A": lr.events_a,
+                     "events_B": lr.events_b, "logrank_chi2": lr.chi2, "logrank_p": lr.p, "hr": hr.point,
+                     "hr_lo": hr.lo, "hr_hi": hr.hi, "hr_method": hr.method, "rmst_diff": d.diff.point,
+                     "rmst_lo": d.diff.lo, "rmst_hi": d.diff.hi, "mcnemar_p": _mcnemar(a, b)})
+    out = pd.DataFrame(rows)
+    p = out["logrank_p"].to_numpy(float)
+    tested = np.isfinite(p)
+    holm = np.full(len(p), math.nan)
+    if tested.any():
+        holm[tested] = multipletests(p[tested], alpha=alpha, method="holm")[1]
+    out["holm_p"] = holm
+    out["verdict"] = ["no events" if not np.isfinite(q) else ("**shown**" if q < alpha else "not shown")
+                      for q in holm]
+    return out
+
+
+def _num(x: float, digits: int = 3) -> str:
+    return "-" if x is None or not np.isfinite(x) else f"{x:.{digits}g}"
+
+
+def _iv(point: float, lo: float, hi: float) -> str:
+    if not np.isfinite(point):
+        return "-"
+    return f"{_num(point)} [{_num(lo)}, {_num(hi)}]"
+
+
+def tables(arms: pd.DataFrame, pairs: pd.DataFrame, horizon: float, experiment: str,
+           note: str) -> tuple[Table, Table]:
+    a = Table("arms", f"Time to collapse per arm of {experiment}, censored at step {horizon:g}", pd.DataFrame({
+        "arm": arms["arm"], "runs": arms["runs"], "collapsed by H": [f"{e}/{n}" for e, n in zip(arms["events"],
+                                                                                               arms["runs"])],
+        "share [95% CI]": [_iv(p, lo, hi) for p, lo, hi in zip(arms["share"], arms["share_lo"], arms["share_hi"])],
+        "KM median": [_num(x, 4) for x in arms["km_median"]],
+        "RMST to H [CI]": [_iv(p, lo, hi) for p, lo, hi in zip(arms["rmst"], arms["rmst_lo"], arms["rmst_hi"])],
+        "final (IQM)": [_num(x) for x in arms["final_iqm"]]}), arms.copy(), footer=note)
+    p = Table("pairs", f"Declared pairs of {experiment}: one family, Holm over the log-rank p values", pd.DataFrame({
+        "A vs B": [f"{x} vs {y}" for x, y in zip(pairs["A"], pairs["B"])], "seeds (paired)": pairs["seeds"],
+        "collapsed A / B": [f"{x} / {y}" for x, y in zip(pairs["events_A"], pairs["events_B"])],
+        "log-rank p (seed strata)": [_num(x) for x in pairs["logrank_p"]],
+        "Holm p": [_num(x) for x in pairs["holm_p"]],
+        "HR B vs A [CI]": [_iv(h, lo, hi) + ("" if m == "wald" else f" ({m})")
+                           for h, lo, hi, m in zip(pairs["hr"], pairs["hr_lo"], pairs["hr_hi"], pairs["hr_method"])],
+        "RMST B - A [CI]": [_iv(x, lo, hi) for x, lo, hi in zip(pairs["rmst_diff"], pairs["rmst_lo"],
+                                                                 pairs["rmst_hi"])],
+        "McNemar p": [_num(x) for x in pairs["mcnemar_p"]], "verdict": pairs["verdict"]}), pairs.copy(),
+              footer=note + "; log-rank stratified by seed (the decision), Cox HR with seed strata, RMST difference "
+              "by the paired t interval, McNemar exact on collapse by H (beside, not tested for the decision)")
+    return a, p
+
+
+@dataclass
+class SurvivalVerdicts:
+    experiment: str
+    horizon: float
+    runs: pd.DataFrame
+    arms: pd.DataFrame
+    pairs: pd.DataFrame
+    files: list[Path] = field(default_factory=list)
+
+
+def build_survival(experiment: str | None, tracking_uri: str | None, out: str | Path | None, cfg: AnalysisConfig,
+                   horizon: float, pairs: list[str], source: str | Path | None = None,
+                   include_unfinished: bool = False, filter_string: str | None = None,
+                   echo: Callable[[str], None] | None = print) -> SurvivalVerdicts:
+    """Load, test, write (module docstring). Raises :class:`AnalysisError` (exit 2) before writing anything."""
+    if not (math.isfinite(horizon) and horizon > 0):
+        raise AnalysisError(f"--horizon must be a positive number of steps, got {horizon:g}")
+    declared = [parse_pair(p) for p in pairs]
+    if not declared:
+        raise AnalysisError("--pair: declare at least one pair of groups to compare, e.g. --pair \"recompute|mean_n(n=8)\"")
+    exp = open_experiment(experiment, tracking_uri, source, metrics=(cfg.reward_metric, cfg.loss_metric),
+                          filter_string=filter_string, include_unfinished=include_unfinished)
+    runs = run_table(exp, cfg, horizon)
+    arms = arm_table(runs, horizon, cfg.ci)
+    pair_rows = pair_table(runs, declared, horizon, cfg.ci, cfg.alpha)
+    result = SurvivalVerdicts(exp.name, horizon, runs, arms, pair_rows)
+    short = int((runs["last_step"] < horizon).sum())
+    note = (f"horizon H = {horizon:g} steps; an event = a persistent collapse (detector v2 on the whole curve, tail "
+            f"included) or a non-finite reward/loss starting at or before H; else censored at H"
+            + (f"; {short} run(s) stopped before H (censored at their last step)" if short else ""))
+    folder = out_folder(exp.name, out)
+    folder.mkdir(parents=True, exist_ok=True)
+    ta, tp = tables(arms, pair_rows, horizon, exp.name, note)
+    result.files += ta.write(folder) + tp.write(folder)
+    runs.to_csv(folder / "survival_runs.csv", index=False)
+    result.files.append(folder / "survival_runs.csv")
+    from .hazard_figure import km_arms_figure
+
+    result.files.append(km_arms_figure(runs, horizon, folder / "km.png", cfg.dpi))
+    if echo is not None:
+        echo(ta.terminal())
+        echo(tp.terminal())
+        echo(f"wrote {len(result.files)} files to {folder}")
+    return result

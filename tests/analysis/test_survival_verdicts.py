@@ -1,0 +1,84 @@
+"""`python -m analysis survival`: time-to-collapse verdicts for declared pairs, on synthetic runs with known collapses
+logged into a real temporary MLflow store, and from the exported histories file (the same tables)."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.__main__ import main
+from analysis.config import AnalysisConfig
+from analysis.histories import export
+from analysis.survival_verdicts import build_survival
+from analysis.synthetic import SyntheticRun, curve, log_runs
+
+H, T = 100, 130  # horizon and steps logged: an unscored tail of 30
+CFG = AnalysisConfig(bootstrap_reps=200, curve_reps=50)
+SEEDS = range(8)
+
+
+def _run(estimator, n, seed, kind, shift=0):
+    """``event``: collapses at 40 + 5 seed + shift (before H); ``tail``: collapses at 110 (after H); ``stable``."""
+    drop = 40 + 5 * seed + shift if kind == "event" else (110 if kind == "tail" else None)
+    return SyntheticRun(estimator, 300 + seed, curve(T, ramp=25, noise=0.01, drop_at=drop, seed=500 + seed), n=n)
+
+
+# recompute: 7 of 8 collapse before H (seed 7 collapses in the tail: censored); mean_8: none; tis: the same 7 seeds,
+# first in odd seeds and second in even ones (a null); rollout: none; r3: recompute's curves exactly (ties)
+RUNS = ([_run("recompute", None, s, "event" if s < 7 else "tail") for s in SEEDS]
+        + [_run("mean_n", 8, s, "stable") for s in SEEDS]
+        + [_run("tis", None, s, "event" if s < 7 else "stable", shift=-8 if s % 2 else 8) for s in SEEDS]
+        + [_run("rollout", None, s, "stable") for s in SEEDS]
+        + [_run("r3", None, s, "event" if s < 7 else "tail") for s in SEEDS])
+
+
+@pytest.fixture(scope="module")
+def store(empty_db, tmp_path_factory):
+    root = tmp_path_factory.mktemp("survival")
+    shutil.copy(empty_db, root / "m.db")
+    uri = f"sqlite:///{root / 'm.db'}"
+    log_runs(uri, "positive", RUNS)
+    return uri
+
+
+def test_a_real_difference_is_shown_a_null_is_not_and_no_events_is_said(store, tmp_path):
+    pairs = ["recompute|mean_n(n=8)", "recompute|tis", "mean_n(n=8)|rollout", "recompute|r3"]
+    res = build_survival("positive", store, tmp_path / "out", CFG, H, pairs, echo=None)
+    arms = res.arms.set_index("arm")
+    assert arms.loc["recompute", "events"] == 7 and arms.loc["mean_n(n=8)", "events"] == 0  # the tail one censored
+    p = res.pairs.set_index("B")
+    assert p.loc["mean_n(n=8)", "verdict"] == "**shown**" and p.loc["mean_n(n=8)", "logrank_p"] < 0.01
+    assert p.loc["mean_n(n=8)", "hr_method"] == "profile" and p.loc["mean_n(n=8)", "hr"] == 0  # no events in B
+    assert np.isfinite(p.loc["mean_n(n=8)", "hr_hi"]) and p.loc["mean_n(n=8)", "hr_hi"] < 1  # an interval, not a point
+    assert p.loc["tis", "verdict"] == "not shown"  # the same seeds collapse, each arm first in half of them
+    assert p.loc["r3", "logrank_p"] == 1.0 and p.loc["r3", "verdict"] == "not shown"  # tied in every seed: no error
+    assert p.loc["rollout", "verdict"] == "no events" and not np.isfinite(p.loc["rollout", "holm_p"])
+    # Holm over the two tested pairs (statsmodels'), the untested one outside the family
+    from statsmodels.stats.multitest import multipletests
+    tested = res.pairs.dropna(subset=["logrank_p"])
+    assert np.allclose(tested["holm_p"], multipletests(tested["logrank_p"], method="holm")[1])
+    assert p.loc["mean_n(n=8)", "rmst_diff"] > 0  # B survives longer
+    files = {f.name for f in res.files}
+    assert {"arms.md", "pairs.md", "survival_runs.csv", "km.png"} <= files
+
+
+def test_the_histories_file_gives_the_same_verdicts(store, tmp_path):
+    path = tmp_path / "h.json.gz"
+    export("positive", store, path, metrics=("reward/mean", "policy/loss"))
+    a = build_survival("positive", store, tmp_path / "a", CFG, H, ["recompute|mean_n(n=8)"], echo=None)
+    b = build_survival(None, None, tmp_path / "b", CFG, H, ["recompute|mean_n(n=8)"], source=path, echo=None)
+    pd.testing.assert_frame_equal(a.pairs, b.pairs)
+    assert (tmp_path / "a" / "pairs.md").read_text() == (tmp_path / "b" / "pairs.md").read_text()
+
+
+@pytest.mark.parametrize("pair, says", [("recompute", "two different group labels"),
+                                        ("recompute|nope", "no group 'nope'; the groups are")])
+def test_a_bad_pair_is_one_line_exit_2_and_no_folder(store, tmp_path, capsys, pair, says):
+    out = tmp_path / "out"
+    assert main(["survival", "-e", "positive", "--tracking-uri", store, "--horizon", str(H), "--pair", pair,
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0]
+    assert not out.exists()
