@@ -122,8 +122,11 @@ def parser() -> argparse.ArgumentParser:
                         "(Holm over the pairs), Cox HR, RMST, McNemar (docs/preregistration_v4.md)")
     _source(sv)
     sv.add_argument("--horizon", type=float, required=True, help="the last scored step H (steps after it: the unscored tail)")
-    sv.add_argument("--pair", action="append", default=[], metavar="A|B", required=True,
+    sv.add_argument("--pair", action="append", default=[], metavar="A|B",
                     help="a declared pair of group labels, e.g. \"recompute|mean_n(n=8)\" (repeatable: one family)")
+    sv.add_argument("--interaction", default=None, metavar="A|B",
+                    help="two estimator arms (label part before '[') run at several doses (inference.kl_target): the "
+                         "dose x estimator interaction joins the family; critical doses and their ratio beside")
     sv.add_argument("--tracking-uri", default=None,
                     help="MLflow tracking URI (default: sqlite:///<project root>/mlruns.db)")
     sv.add_argument("--filter", default=None, dest="filter_string", help="MLflow search filter on the runs")
@@ -231,7 +234,8 @@ def cmd_survival(args) -> int:
     from .survival_verdicts import build_survival
 
     build_survival(args.experiment, args.tracking_uri, args.out, _config(args), args.horizon, args.pair,
-                   source=args.source, include_unfinished=args.include_unfinished, filter_string=args.filter_string)
+                   source=args.source, include_unfinished=args.include_unfinished, filter_string=args.filter_string,
+                   interaction=args.interaction)
     return 0
 
 

@@ -17,8 +17,16 @@ zero-width point), the paired RMST difference B - A [paired t interval], the exa
 (statsmodels ``multipletests``), "shown" when the Holm p < alpha. With no event in either arm there is nothing to
 test: "no events" (never "shown", never a p of 1 that reads like evidence).
 
-Outputs in ``--out``: ``arms.{md,csv}``, ``pairs.{md,csv}``, ``survival_runs.csv`` (the data: one row per run) and
-``km.png`` (Kaplan-Meier curves per arm). Nothing is logged to MLflow.
+**The dose x estimator interaction** (``--interaction A|B``; stage B's B6): A and B name estimator arms (a group
+label's part before ``[``, e.g. ``recompute`` and ``mean_n(n=8)``), each run at several doses (its logged
+``inference.kl_target`` > 0). One test joins the family: Cox with seed strata on arm + log dose + arm x log dose
+(:func:`analysis.survival.dose_interaction`), the interaction's p. Reported beside it (``dose.md``), not tested: each
+arm's critical dose (the dose of 50% collapse by H, binomial GLM on log dose, Fieller interval) and their ratio
+F = ED50_B / ED50_A with its parametric-bootstrap interval ("B moves the critical dose by a factor F").
+
+Outputs in ``--out``: ``arms.{md,csv}``, ``pairs.{md,csv}`` (the family: pairs and the interaction), ``dose.md``
+(with ``--interaction``), ``survival_runs.csv`` (the data: one row per run) and ``km.png`` (Kaplan-Meier curves per
+arm). Nothing is logged to MLflow.
 """
 from __future__ import annotations
 
@@ -36,7 +44,10 @@ from .load import AnalysisError, Experiment
 from .measures import measure_experiment
 from .paths import out_folder
 from .stats import iqm
-from .survival import cox_hr, endpoints, kaplan_meier, logrank, paired_rmst_difference, rmst, share
+from .survival import (cox_hr, critical_dose, critical_dose_ratio, dose_interaction, endpoints, kaplan_meier,
+                       logrank, paired_rmst_difference, rmst, share)
+
+DOSE_PARAM = "inference.kl_target"
 from .tables import Table
 
 
@@ -50,12 +61,23 @@ def parse_pair(text: str) -> tuple[str, str]:
 
 
 def run_table(exp: Experiment, cfg: AnalysisConfig, horizon: float) -> pd.DataFrame:
-    """One row per run: run_id, label, seed, time, event, last_step, final."""
+    """One row per run: run_id, label, arm (the label's part before ``[``), seed, dose (its logged
+    ``inference.kl_target``; 0 when none), time, event, last_step, final."""
     if len(exp.runs) == 0:
         raise AnalysisError(f"experiment {exp.name!r} holds no finished training run")
     m = endpoints(measure_experiment(exp, cfg), horizon)
-    cols = ["run_id", "label", "seed", "time", "event", "last_step", "final"]
+    keys = dict(zip(exp.runs["run_id"], exp.runs["group_key"]))
+    m["arm"] = [str(label).split("[")[0] for label in m["label"]]
+    m["dose"] = [_dose((exp.group_params.get(keys.get(rid), {}) or {}).get(DOSE_PARAM)) for rid in m["run_id"]]
+    cols = ["run_id", "label", "arm", "seed", "dose", "time", "event", "last_step", "final"]
     return m[cols].sort_values(["label", "seed"], kind="stable").reset_index(drop=True)
+
+
+def _dose(value) -> float:
+    try:
+        return float(value) if value not in (None, "", "None") else 0.0
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def arm_table(runs: pd.DataFrame, horizon: float, ci: float) -> pd.DataFrame:
@@ -85,7 +107,7 @@ def _mcnemar(a: pd.DataFrame, b: pd.DataFrame) -> float:
 
 
 def pair_table(runs: pd.DataFrame, pairs: list[tuple[str, str]], horizon: float, ci: float,
-               alpha: float) -> pd.DataFrame:
+               alpha: float, dose: DoseVerdict | None = None) -> pd.DataFrame:
     from statsmodels.stats.multitest import multipletests
 
     labels = set(runs["label"])
@@ -106,6 +128,14 @@ def pair_table(runs: pd.DataFrame, pairs: list[tuple[str, str]], horizon: float,
                      "events_B": lr.events_b, "logrank_chi2": lr.chi2, "logrank_p": lr.p, "hr": hr.point,
                      "hr_lo": hr.lo, "hr_hi": hr.hi, "hr_method": hr.method, "rmst_diff": d.diff.point,
                      "rmst_lo": d.diff.lo, "rmst_hi": d.diff.hi, "mcnemar_p": _mcnemar(a, b)})
+    if dose is not None:  # the interaction: one more test of the family (its p in the log-rank column's place)
+        i = dose.interaction
+        rows.append({"A": f"{dose.a} x dose", "B": f"{dose.b} x dose", "seeds": dose.seeds, "events_A": math.nan,
+                     "events_B": math.nan, "logrank_chi2": math.nan, "logrank_p": i.p, "hr": math.exp(i.coef)
+                     if i.estimable else math.nan, "hr_lo": math.exp(i.lo) if i.estimable else math.nan,
+                     "hr_hi": math.exp(i.hi) if i.estimable else math.nan,
+                     "hr_method": "interaction" if i.estimable else "interaction (LR p)", "rmst_diff": math.nan,
+                     "rmst_lo": math.nan, "rmst_hi": math.nan, "mcnemar_p": math.nan})
     out = pd.DataFrame(rows)
     p = out["logrank_p"].to_numpy(float)
     tested = np.isfinite(p)
@@ -116,6 +146,55 @@ def pair_table(runs: pd.DataFrame, pairs: list[tuple[str, str]], horizon: float,
     out["verdict"] = ["no events" if not np.isfinite(q) else ("**shown**" if q < alpha else "not shown")
                       for q in holm]
     return out
+
+
+@dataclass
+class DoseVerdict:
+    a: str
+    b: str
+    interaction: object  # analysis.survival.Interaction
+    ed50_a: object  # analysis.survival.CriticalDose
+    ed50_b: object
+    ratio: object  # analysis.survival.DoseRatio
+    doses: list[float]
+    seeds: int
+
+
+def dose_verdict(runs: pd.DataFrame, pair: tuple[str, str], ci: float) -> DoseVerdict:
+    """The interaction test and the critical doses of estimator arms A and B over their doses > 0."""
+    a_arm, b_arm = pair
+    arms = set(runs["arm"])
+    for x in (a_arm, b_arm):
+        if x not in arms:
+            raise AnalysisError(f"--interaction {a_arm}|{b_arm}: no arm {x!r} (a label's part before '['); the arms "
+                                f"are: {', '.join(sorted(arms))}")
+    at = runs[runs["arm"].isin([a_arm, b_arm]) & (runs["dose"] > 0)]
+    doses = sorted(set(at["dose"]))
+    if len(doses) < 2:
+        raise AnalysisError(f"--interaction {a_arm}|{b_arm}: needs runs of both arms at >= 2 doses > 0 "
+                            f"(`{DOSE_PARAM}`), got {doses or 'none'}")
+    seeds = sorted(set(at.loc[at["arm"] == a_arm, "seed"]) & set(at.loc[at["arm"] == b_arm, "seed"]))
+    at = at[at["seed"].isin(seeds)]
+    arm = (at["arm"] == b_arm).astype(int)
+    inter = dose_interaction(at["time"], at["event"], arm, at["dose"], at["seed"], ci)
+    a, b = at[arm == 0], at[arm == 1]
+    ea, eb = critical_dose(a["dose"], a["event"], ci), critical_dose(b["dose"], b["event"], ci)
+    return DoseVerdict(a_arm, b_arm, inter, ea, eb, critical_dose_ratio(ea, eb, ci), doses, len(seeds))
+
+
+def dose_markdown(v: DoseVerdict, horizon: float, experiment: str) -> str:
+    doses = ", ".join(f"{d:g}" for d in v.doses)
+    return "\n".join([
+        f"# Dose x estimator: {v.a} vs {v.b} in {experiment}", "",
+        f"Doses (`{DOSE_PARAM}` > 0): {doses}; {v.seeds} seeds common to both arms; collapse by step {horizon:g}.", "",
+        "| quantity | value |", "|---|---|",
+        f"| interaction (Cox with seed strata: arm x log dose, the change of log HR({v.b} vs {v.a}) per unit log dose) "
+        f"[95% CI], p | {v.interaction.fmt()} |",
+        f"| critical dose of {v.a} (50% collapse by H; binomial GLM on log dose, Fieller) | {v.ed50_a.fmt()} |",
+        f"| critical dose of {v.b} | {v.ed50_b.fmt()} |",
+        f"| F = critical dose of {v.b} / of {v.a} (parametric bootstrap, 20000 draws, seed 0) | {v.ratio.fmt()} |",
+        "", "The interaction's p is in the declared family (`pairs.md`, Holm); the critical doses and F are reported, "
+        "not tested.", ""])
 
 
 def _num(x: float, digits: int = 3) -> str:
@@ -139,7 +218,8 @@ def tables(arms: pd.DataFrame, pairs: pd.DataFrame, horizon: float, experiment: 
         "final (IQM)": [_num(x) for x in arms["final_iqm"]]}), arms.copy(), footer=note)
     p = Table("pairs", f"Declared pairs of {experiment}: one family, Holm over the log-rank p values", pd.DataFrame({
         "A vs B": [f"{x} vs {y}" for x, y in zip(pairs["A"], pairs["B"])], "seeds (paired)": pairs["seeds"],
-        "collapsed A / B": [f"{x} / {y}" for x, y in zip(pairs["events_A"], pairs["events_B"])],
+        "collapsed A / B": ["-" if pd.isna(x) else f"{int(x)} / {int(y)}" for x, y in zip(pairs["events_A"],
+                                                                                        pairs["events_B"])],
         "log-rank p (seed strata)": [_num(x) for x in pairs["logrank_p"]],
         "Holm p": [_num(x) for x in pairs["holm_p"]],
         "HR B vs A [CI]": [_iv(h, lo, hi) + ("" if m == "wald" else f" ({m})")
@@ -159,25 +239,28 @@ class SurvivalVerdicts:
     runs: pd.DataFrame
     arms: pd.DataFrame
     pairs: pd.DataFrame
+    dose: DoseVerdict | None = None
     files: list[Path] = field(default_factory=list)
 
 
 def build_survival(experiment: str | None, tracking_uri: str | None, out: str | Path | None, cfg: AnalysisConfig,
                    horizon: float, pairs: list[str], source: str | Path | None = None,
                    include_unfinished: bool = False, filter_string: str | None = None,
-                   echo: Callable[[str], None] | None = print) -> SurvivalVerdicts:
+                   interaction: str | None = None, echo: Callable[[str], None] | None = print) -> SurvivalVerdicts:
     """Load, test, write (module docstring). Raises :class:`AnalysisError` (exit 2) before writing anything."""
     if not (math.isfinite(horizon) and horizon > 0):
         raise AnalysisError(f"--horizon must be a positive number of steps, got {horizon:g}")
     declared = [parse_pair(p) for p in pairs]
-    if not declared:
+    across = parse_pair(interaction) if interaction else None
+    if not declared and across is None:
         raise AnalysisError("--pair: declare at least one pair of groups to compare, e.g. --pair \"recompute|mean_n(n=8)\"")
     exp = open_experiment(experiment, tracking_uri, source, metrics=(cfg.reward_metric, cfg.loss_metric),
                           filter_string=filter_string, include_unfinished=include_unfinished)
     runs = run_table(exp, cfg, horizon)
     arms = arm_table(runs, horizon, cfg.ci)
-    pair_rows = pair_table(runs, declared, horizon, cfg.ci, cfg.alpha)
-    result = SurvivalVerdicts(exp.name, horizon, runs, arms, pair_rows)
+    dose = dose_verdict(runs, across, cfg.ci) if across else None
+    pair_rows = pair_table(runs, declared, horizon, cfg.ci, cfg.alpha, dose)
+    result = SurvivalVerdicts(exp.name, horizon, runs, arms, pair_rows, dose=dose)
     short = int((runs["last_step"] < horizon).sum())
     note = (f"horizon H = {horizon:g} steps; an event = a persistent collapse (detector v2 on the whole curve, tail "
             f"included) or a non-finite reward/loss starting at or before H; else censored at H"
@@ -186,6 +269,9 @@ def build_survival(experiment: str | None, tracking_uri: str | None, out: str | 
     folder.mkdir(parents=True, exist_ok=True)
     ta, tp = tables(arms, pair_rows, horizon, exp.name, note)
     result.files += ta.write(folder) + tp.write(folder)
+    if dose is not None:
+        (folder / "dose.md").write_text(dose_markdown(dose, horizon, exp.name))
+        result.files.append(folder / "dose.md")
     runs.to_csv(folder / "survival_runs.csv", index=False)
     result.files.append(folder / "survival_runs.csv")
     from .hazard_figure import km_arms_figure
@@ -194,5 +280,7 @@ def build_survival(experiment: str | None, tracking_uri: str | None, out: str | 
     if echo is not None:
         echo(ta.terminal())
         echo(tp.terminal())
+        if dose is not None:
+            echo(dose_markdown(dose, horizon, exp.name))
         echo(f"wrote {len(result.files)} files to {folder}")
     return result

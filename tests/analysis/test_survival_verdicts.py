@@ -82,3 +82,57 @@ def test_a_bad_pair_is_one_line_exit_2_and_no_folder(store, tmp_path, capsys, pa
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0]
     assert not out.exists()
+
+
+# ---- the dose x estimator interaction (stage B's B6) and the critical doses
+DOSES = ("0.001", "0.003", "0.01")
+
+
+def _dosed(estimator, n, seed, dose, collapses):
+    run = _run(estimator, n, seed, "event" if collapses else "stable")
+    run.params = {"inference.kl_target": dose}
+    run.extra_tags = {"group_sig": f"{estimator}-{dose}"}
+    return run
+
+
+def _collapses(arm, dose, seed):
+    """recompute: 2, 5, 8 of 8 seeds collapse as the dose rises; mean_8: 1, 2, 3 (a flatter dose-response)."""
+    k = {"recompute": (2, 5, 8), "mean_n": (1, 2, 3)}[arm][DOSES.index(dose)]
+    return seed < k
+
+
+DOSED = [_dosed(est, n, s, d, _collapses(est, d, s)) for est, n in (("recompute", None), ("mean_n", 8))
+         for d in DOSES for s in SEEDS]
+
+
+@pytest.fixture(scope="module")
+def dosed_store(empty_db, tmp_path_factory):
+    root = tmp_path_factory.mktemp("dosed")
+    shutil.copy(empty_db, root / "m.db")
+    uri = f"sqlite:///{root / 'm.db'}"
+    log_runs(uri, "stage_b", DOSED)
+    return uri
+
+
+def test_the_interaction_joins_the_family_and_the_critical_doses_are_the_glms(dosed_store, tmp_path):
+    from analysis.survival import critical_dose
+
+    res = build_survival("stage_b", dosed_store, tmp_path / "out", CFG, H, [], interaction="recompute|mean_n(n=8)",
+                         echo=None)
+    runs = res.runs
+    assert set(runs["arm"]) == {"recompute", "mean_n(n=8)"} and sorted(set(runs["dose"])) == [0.001, 0.003, 0.01]
+    rec = runs[runs["arm"] == "recompute"]
+    want = critical_dose(rec["dose"], rec["event"])
+    assert res.dose.ed50_a.point == pytest.approx(want.point) and 0.001 < want.point < 0.01
+    assert res.dose.ed50_b.point > res.dose.ed50_a.point  # mean_8's dose-response is flatter and lower
+    assert len(res.pairs) == 1 and res.pairs.loc[0, "hr_method"].startswith("interaction")
+    assert res.pairs.loc[0, "holm_p"] == pytest.approx(res.dose.interaction.p)  # a family of one
+    text = (tmp_path / "out" / "dose.md").read_text()
+    assert "critical dose of recompute" in text and "F = critical dose of mean_n(n=8) / of recompute" in text
+
+
+def test_an_interaction_of_an_arm_the_experiment_lacks_is_one_line_exit_2(dosed_store, tmp_path, capsys):
+    assert main(["survival", "-e", "stage_b", "--tracking-uri", dosed_store, "--horizon", str(H),
+                 "--interaction", "recompute|tis", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no arm 'tis'" in err[0] and not (tmp_path / "o").exists()
