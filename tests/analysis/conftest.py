@@ -35,6 +35,20 @@ def empty_db(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def logged_store(empty_db, tmp_path_factory):
+    """A factory: ``logged_store({experiment: [SyntheticRun, ...]})`` -> the URI of a new store (a copy of the empty
+    database) holding those experiments."""
+    def make(experiments: dict) -> str:
+        root = tmp_path_factory.mktemp("logged")
+        shutil.copy(empty_db, root / "m.db")
+        uri = f"sqlite:///{root / 'm.db'}"
+        for name, runs in experiments.items():
+            log_runs(uri, name, runs)
+        return uri
+    return make
+
+
 @pytest.fixture
 def fresh_store(empty_db, tmp_path) -> Store:
     """A store of one's own (a copy of the empty database under tmp_path)."""

@@ -4,7 +4,6 @@ exported histories file. The rule's three outcomes: a qualifying cell, a tie goi
 from __future__ import annotations
 
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,7 @@ from analysis.__main__ import main
 from analysis.config import AnalysisConfig
 from analysis.hazard import RULE_TEXT, build_hazard, cell_table, select_cell
 from analysis.histories import export
-from analysis.synthetic import SyntheticRun, curve, log_runs
+from analysis.synthetic import SyntheticRun, curve
 from harness import metrics as M
 
 H, T = 100, 140  # horizon and steps logged: a tail of 40 unscored steps
@@ -69,18 +68,13 @@ NONE = sweep({("0.0", "0.0006"): 2, ("0.001", "0.0006"): 2, ("0.003", "0.0003"):
 
 
 @pytest.fixture(scope="module")
-def hazard_store(empty_db, tmp_path_factory):
-    root = tmp_path_factory.mktemp("hazard")
-    shutil.copy(empty_db, root / "m.db")
-    uri = f"sqlite:///{root / 'm.db'}"
-    log_runs(uri, "map_qualifies", QUALIFIES)
-    log_runs(uri, "map_tie", TIE)
-    log_runs(uri, "map_none", NONE)
-    log_runs(uri, "map_no_lr", [SyntheticRun("recompute", 0, curve(60, seed=1), params={"inference.kl_target": "0.0"})])
-    log_runs(uri, "map_two_estimators", [
-        SyntheticRun(e, 0, curve(60, seed=2), params={"inference.kl_target": "0.0", "trainer.lr": "0.0003"})
-        for e in ("recompute", "rollout")])
-    return uri
+def hazard_store(logged_store):
+    return logged_store({
+        "map_qualifies": QUALIFIES, "map_tie": TIE, "map_none": NONE,
+        "map_no_lr": [SyntheticRun("recompute", 0, curve(60, seed=1), params={"inference.kl_target": "0.0"})],
+        "map_two_estimators": [SyntheticRun(e, 0, curve(60, seed=2), params={"inference.kl_target": "0.0",
+                                                                             "trainer.lr": "0.0003"})
+                               for e in ("recompute", "rollout")]})
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,6 @@
 logged into a real temporary MLflow store, and from the exported histories file (the same tables)."""
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -12,7 +10,7 @@ from analysis.__main__ import main
 from analysis.config import AnalysisConfig
 from analysis.histories import export
 from analysis.survival_verdicts import build_survival
-from analysis.synthetic import SyntheticRun, curve, log_runs
+from analysis.synthetic import SyntheticRun, curve
 
 H, T = 100, 130  # horizon and steps logged: an unscored tail of 30
 CFG = AnalysisConfig(bootstrap_reps=200, curve_reps=50)
@@ -35,12 +33,8 @@ RUNS = ([_run("recompute", None, s, "event" if s < 7 else "tail") for s in SEEDS
 
 
 @pytest.fixture(scope="module")
-def store(empty_db, tmp_path_factory):
-    root = tmp_path_factory.mktemp("survival")
-    shutil.copy(empty_db, root / "m.db")
-    uri = f"sqlite:///{root / 'm.db'}"
-    log_runs(uri, "positive", RUNS)
-    return uri
+def store(logged_store):
+    return logged_store({"positive": RUNS})
 
 
 def test_a_real_difference_is_shown_a_null_is_not_and_no_events_is_said(store, tmp_path):
@@ -106,12 +100,8 @@ DOSED = [_dosed(est, n, s, d, _collapses(est, d, s)) for est, n in (("recompute"
 
 
 @pytest.fixture(scope="module")
-def dosed_store(empty_db, tmp_path_factory):
-    root = tmp_path_factory.mktemp("dosed")
-    shutil.copy(empty_db, root / "m.db")
-    uri = f"sqlite:///{root / 'm.db'}"
-    log_runs(uri, "stage_b", DOSED)
-    return uri
+def dosed_store(logged_store):
+    return logged_store({"stage_b": DOSED})
 
 
 def test_the_interaction_joins_the_family_and_the_critical_doses_are_the_glms(dosed_store, tmp_path):
