@@ -21,6 +21,7 @@ import submitit
 from submitit.helpers import Checkpointable, DelayedSubmission
 
 from harness import backends
+from harness.launch.outcome import Reported
 from harness.launch.spec import SweepError
 
 
@@ -119,7 +120,8 @@ def slurm_available() -> tuple[bool, str]:
 
 def submit(spec, tasks: list[Checkpointable], names: list[str] | None = None) -> list[str]:
     """Submit ``tasks``; returns one job id per task (``ARRAY_TASK`` ids for Slurm arrays, the
-    worker's PID for the local launcher). Does not wait for anything to run."""
+    worker's PID for the local launcher). Does not wait for anything to run. Each job leaves its outcome as
+    JSON (``harness.launch.outcome.Reported``), which is what ``harness.status`` reads."""
     if not tasks:
         return []
     folder = submitit_folder(spec)
@@ -138,7 +140,7 @@ def submit(spec, tasks: list[Checkpointable], names: list[str] | None = None) ->
             raise SweepError(f"launcher: {exc}", key="launcher") from None
         try:
             with ex.batch():
-                jobs = [ex.submit(t) for t in tasks]
+                jobs = [ex.submit(Reported(t)) for t in tasks]
         except (subprocess.CalledProcessError, submitit.core.utils.FailedJobError, OSError) as exc:
             out = getattr(exc, "output", b"") or b""
             out = out.decode(errors="replace") if isinstance(out, bytes) else str(out)
@@ -158,7 +160,7 @@ def submit(spec, tasks: list[Checkpointable], names: list[str] | None = None) ->
     ids = [""] * len(tasks)
     for w in range(n):
         idx = list(range(w, len(tasks), n))
-        job = ex.submit(Sequence([tasks[i] for i in idx]))
+        job = ex.submit(Reported(Sequence([tasks[i] for i in idx])))
         for i in idx:
             ids[i] = job.job_id
     return ids

@@ -55,7 +55,7 @@ def plan(spec: SweepSpec, runs: list[PlannedRun], rerun: bool = False) -> list[D
     finished = finished_in_store(spec, runs)
     db = JobsDB(spec.sweep_dir)
     recorded = {sig: rec for sig, rec in db.runs.items() if rec.get("job_id")}
-    states = job_states(list(recorded.values()))
+    states = job_states(list(recorded.values()), spec.sweep_dir)
     out = []
     for r in runs:
         rec = recorded.get(r.signature)
@@ -199,11 +199,11 @@ def wait_for(spec: SweepSpec, decisions: list[Decision], poll_s: float = 5.0, ou
         if time.time() - last_line >= heartbeat_s:
             db = JobsDB(spec.sweep_dir)
             jobs = {str(db.runs[s]["job_id"]): db.runs[s] for s in pending if s in db.runs}
-            print(heartbeat(total, len(pending), job_states(list(jobs.values())), time.time() - t0), file=out,
-                  flush=True)
+            print(heartbeat(total, len(pending), job_states(list(jobs.values()), spec.sweep_dir),
+                            time.time() - t0), file=out, flush=True)
             last_line = time.time()
         db = JobsDB(spec.sweep_dir)
-        states = job_states([db.runs[s] for s in pending if s in db.runs])
+        states = job_states([db.runs[s] for s in pending if s in db.runs], spec.sweep_dir)
         done = _finished(spec, list(pending.values()))
         for sig, d in list(pending.items()):
             run = d.run
