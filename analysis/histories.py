@@ -10,7 +10,7 @@ path, so the report's tables from the file are byte for byte those from the stor
 line once decompressed (``zcat FILE | head``)::
 
     {"format": "moe-rl-harness histories", "version": 1,
-     "experiment": {"name": "ablation", "experiment_id": "3", "tracking_uri": "sqlite:///.../mlruns.db",
+     "experiment": {"name": "ablation", "experiment_id": "3", "tracking_uri": "sqlite:///<local>/mlruns.db",
                     "tags": {"primary_contrasts": "{...}", ...}},   # the experiment's tags (absent: none known)
      "metrics": ["is/ess", "mismatch/k3", ...],   # the metrics whose histories the file holds, sorted
      "complete": true,                             # true: every metric any run logged is in "metrics"
@@ -27,6 +27,9 @@ line once decompressed (``zcat FILE | head``)::
   (FINISHED, RUNNING, KILLED, FAILED; training, probe, summary and foreign runs), so that reading the file
   leaves out the same runs for the same reasons as reading the store, and ``--include-unfinished`` and
   ``--group-by`` (any tag or param) work on it.
+- Nothing secret or local: the header's ``tracking_uri``, every tag and every param are written through
+  :func:`analysis.shareable.shareable` (no userinfo or password-like query value; an absolute local path keeps its
+  last component only, ``<local>/<name>``): the file is meant to be committed.
 - ``experiment.tags``: every tag of the MLflow experiment, as strings. The declared primary contrasts (tag
   ``primary_contrasts``, :mod:`harness.launch.primary`) travel with the runs, so a report from the file tests the
   same primary family, with the same "pre-registered" label, as the store's. A file written before the key existed
@@ -56,8 +59,11 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from harness.uri import redact
+
 from .load import (AnalysisError, Experiment, RunRecord, _load_histories, assemble, default_metrics,
                    default_tracking_uri, load_experiment, store_records, warn)
+from .shareable import shareable, shareable_map
 
 FORMAT = "moe-rl-harness histories"
 VERSION = 1
@@ -102,7 +108,7 @@ def _run_json(record: RunRecord, histories: dict[str, dict[str, pd.Series]]) -> 
         if s is not None and len(s):
             hist[metric] = {"step": s.index.to_numpy(np.int64).tolist(), "value": _encode_values(s.to_numpy())}
     return {"run_id": record.run_id, "run_name": record.run_name, "status": record.status,
-            "start_time": record.start_time, "tags": dict(record.tags), "params": dict(record.params),
+            "start_time": record.start_time, "tags": shareable_map(record.tags), "params": shareable_map(record.params),
             "latest": {k: _encode_value(v) for k, v in record.latest.items()}, "histories": hist}
 
 
@@ -117,7 +123,7 @@ def export(name: str, tracking_uri: str | None = None, path: str | Path = "", me
     tracking_uri = tracking_uri or default_tracking_uri()
     client, exp, records = store_records(name, tracking_uri)
     if not records:
-        raise AnalysisError(f"experiment {name!r} in {tracking_uri} holds no runs to export")
+        raise AnalysisError(f"experiment {name!r} in {redact(tracking_uri)} holds no runs to export")
     logged = sorted({m for r in records for m in r.latest})
     chosen = logged if metrics is None else sorted(dict.fromkeys(metrics))
     never = [m for m in chosen if m not in set(logged)]
@@ -126,8 +132,8 @@ def export(name: str, tracking_uri: str | None = None, path: str | Path = "", me
              f"{'it' if len(never) == 1 else 'them'}")
     histories = _load_histories(client, [r.run_id for r in records], tuple(chosen), threads)
     head = {"format": FORMAT, "version": VERSION,
-            "experiment": {"name": name, "experiment_id": exp.experiment_id, "tracking_uri": tracking_uri,
-                           "tags": {str(k): str(v) for k, v in sorted((exp.tags or {}).items())}},
+            "experiment": {"name": name, "experiment_id": exp.experiment_id, "tracking_uri": shareable(tracking_uri),
+                           "tags": {str(k): shareable(str(v)) for k, v in sorted((exp.tags or {}).items())}},
             "metrics": chosen, "complete": set(logged) <= set(chosen)}
     lines = [json.dumps(_run_json(r, histories), allow_nan=False) for r in records]
     text = json.dumps(head, allow_nan=False)[:-1] + ', "runs": [\n' + ",\n".join(lines) + "\n]}\n"
