@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -43,8 +44,12 @@ def check(uri: str, timeout_s: float = TIMEOUT_S) -> None:
     if db is not None:
         if not db.parent.is_dir():
             raise _tracking_error(uri, f"the folder {db.parent} does not exist")
-        with lock_for(db, timeout_s=max(60.0, timeout_s)):
-            _touch_store(uri)
+        try:
+            with lock_for(db, timeout_s=max(60.0, timeout_s)):
+                _touch_store(uri)
+        except OSError as exc:  # the lock file: a symlink (ELOOP), not a regular file, not writable
+            raise _tracking_error(uri, f"its lock file {db}.lock cannot be used ({exc.strerror or exc}): remove it "
+                                       f"if no process is creating the store (`rm {db}.lock`)") from None
         return
     _touch_store(uri)
 
@@ -75,10 +80,21 @@ def _reason(exc: BaseException) -> str:
 
 
 def lock_for(db: Path, timeout_s: float = 60.0):
-    """A cross-process lock beside the database file (``<db>.lock``)."""
+    """A cross-process lock beside the database file (``<db>.lock``): ``filelock`` opens it with ``O_NOFOLLOW`` and
+    never truncates an existing file; anything there but a regular file of this user is refused (OSError)."""
+    import errno
+    import stat as st
+
     from filelock import FileLock
 
-    return FileLock(str(db) + ".lock", timeout=timeout_s)
+    path = Path(str(db) + ".lock")
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        info = None
+    if info is not None and (not st.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_nlink != 1):
+        raise OSError(errno.EPERM, "not a regular file of this user with one link")
+    return FileLock(str(path), timeout=timeout_s)
 
 
 def _touch_store(uri: str) -> None:

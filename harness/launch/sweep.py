@@ -27,7 +27,7 @@ from harness.launch.expand import PlannedRun, validate
 from harness.launch.jobs import JobsDB, job_states
 from harness.launch.progress import finished_in_store, prepare_tracking
 from harness.launch.spec import SweepError, SweepSpec, load_spec
-from harness.runlock import RunInProgress, RunLock
+from harness.runlock import NotALockFile, RunInProgress, RunLock
 from harness.record import CHECKPOINT_FILE, SUMMARY_FILE
 
 
@@ -101,6 +101,12 @@ def submit_sweep(spec: SweepSpec, rerun: bool = False, dry_run: bool = False, ou
     try:
         spec.sweep_dir.mkdir(parents=True, exist_ok=True)
         lock.acquire()
+    except NotALockFile as exc:
+        raise SweepError(f"sweep {spec.name}: {exc}", key="name") from None
+    except OSError as exc:  # a read-only or full sweep folder: one line, not a traceback
+        raise SweepError(f"sweep {spec.name}: cannot write the sweep folder {spec.sweep_dir} "
+                         f"({exc.strerror or exc}): make it writable, or choose another (sweep_dir=PATH)",
+                         key="sweep_dir") from None
     except RunInProgress as exc:
         raise SweepError(f"sweep {spec.name}: {str(exc).split(';')[0].replace('run in progress', 'submission in progress')}"
                          f"; run it again once that one has submitted (it then skips or leaves alone what is submitted)",
