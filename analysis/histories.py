@@ -112,6 +112,30 @@ def _run_json(record: RunRecord, histories: dict[str, dict[str, pd.Series]]) -> 
             "latest": {k: _encode_value(v) for k, v in record.latest.items()}, "histories": hist}
 
 
+def encode(head: dict[str, Any], runs: Sequence[dict[str, Any]]) -> bytes:
+    """The file's bytes: ``head`` and one run per line, gzip-compressed with no name and no time in its header."""
+    lines = [json.dumps(run, allow_nan=False) for run in runs]
+    text = json.dumps(head, allow_nan=False)[:-1] + ', "runs": [\n' + ",\n".join(lines) + "\n]}\n"
+    buf = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, compresslevel=6, mtime=0) as gz:
+        gz.write(text.encode("utf-8"))
+    return buf.getvalue()
+
+
+def made_shareable(doc: dict[str, Any]) -> dict[str, Any]:
+    """A histories document (:func:`read`) as :func:`export` writes it now: its header URI, experiment tags, run
+    tags and params through :func:`analysis.shareable.shareable` (files written before issue 45)."""
+    head = {k: v for k, v in doc.items() if k != "runs"}
+    exp = dict(head.get("experiment") or {})
+    if "tracking_uri" in exp:
+        exp["tracking_uri"] = shareable(str(exp["tracking_uri"]))
+    if isinstance(exp.get("tags"), dict):
+        exp["tags"] = shareable_map(exp["tags"])
+    head["experiment"] = exp
+    runs = [{**run, "tags": shareable_map(run["tags"]), "params": shareable_map(run["params"])} for run in doc["runs"]]
+    return {**head, "runs": runs}
+
+
 def export(name: str, tracking_uri: str | None = None, path: str | Path = "", metrics: Sequence[str] | None = None,
            threads: int = 4) -> Exported:
     """Write experiment ``name`` of ``tracking_uri`` to ``path`` (ending in ``.json.gz``): every run, and the
@@ -135,14 +159,9 @@ def export(name: str, tracking_uri: str | None = None, path: str | Path = "", me
             "experiment": {"name": name, "experiment_id": exp.experiment_id, "tracking_uri": shareable(tracking_uri),
                            "tags": {str(k): shareable(str(v)) for k, v in sorted((exp.tags or {}).items())}},
             "metrics": chosen, "complete": set(logged) <= set(chosen)}
-    lines = [json.dumps(_run_json(r, histories), allow_nan=False) for r in records]
-    text = json.dumps(head, allow_nan=False)[:-1] + ', "runs": [\n' + ",\n".join(lines) + "\n]}\n"
-    buf = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, compresslevel=6, mtime=0) as gz:
-        gz.write(text.encode("utf-8"))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(buf.getvalue())
+    tmp.write_bytes(encode(head, [_run_json(r, histories) for r in records]))
     os.replace(tmp, path)
     values = sum(len(s) for runs in histories.values() for s in runs.values())
     return Exported(path, len(records), len(chosen), values, path.stat().st_size)
