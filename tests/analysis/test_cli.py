@@ -32,7 +32,7 @@ def test_the_default_output_folder_is_under_the_project_with_the_name_sanitised(
 
     log_runs(fresh_store.uri, "../../esc", [SyntheticRun("rollout", s, curve(40, seed=s)) for s in range(2)])
     project = tmp_path / "project"
-    monkeypatch.setattr(paths, "FIGURES", project / "figures")
+    monkeypatch.setenv("MOE_RL_HOME", str(project))
     cwd = tmp_path / "a" / "b"
     cwd.mkdir(parents=True)
     monkeypatch.chdir(cwd)
@@ -43,6 +43,15 @@ def test_the_default_output_folder_is_under_the_project_with_the_name_sanitised(
     assert {p for p in set(tmp_path.rglob("*")) - before if project not in p.parents and p != project} == set()
     assert paths.folder_name("..") == "_.." and paths.folder_name(" a/b\\c ") == "a_b_c"
     assert paths.out_folder("../x", tmp_path / "mine") == tmp_path / "mine"  # an explicit --out is the user's
+
+
+def test_the_default_output_folder_follows_the_home_rule(tmp_path, monkeypatch):
+    """Issue 45 (wrong case 4): on d747b32 it was ``harness.uri.ROOT / "figures"`` whatever the home, which for an
+    installed wheel is ``site-packages/figures`` (the wheel itself: tests/test_install.py)."""
+    from analysis import paths
+
+    monkeypatch.setenv("MOE_RL_HOME", str(tmp_path / "home"))
+    assert paths.out_folder("x") == (tmp_path / "home").resolve() / "figures" / "x"
 
 
 def test_compare_prints_probability_of_improvement(store, capsys):
