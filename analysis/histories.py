@@ -42,7 +42,8 @@ line once decompressed (``zcat FILE | head``)::
 - ``complete`` is false when the file was written with a chosen list of metrics; reading a metric outside it
   is then refused (it would look like a metric no run logged).
 
-A file of another ``format`` or ``version`` is refused with one line (:class:`analysis.load.AnalysisError`,
+A file of another ``format`` or ``version``, one that decompresses past a bound, or one with a field of the wrong
+kind or a run twice (:mod:`analysis.histories_schema`) is refused with one line (:class:`analysis.load.AnalysisError`,
 exit 2). The gzip header carries no name and no time, so exporting the same store twice writes the same bytes.
 """
 from __future__ import annotations
@@ -63,6 +64,7 @@ from harness.uri import redact
 
 from .load import (AnalysisError, Experiment, RunRecord, _load_histories, assemble, default_metrics,
                    default_tracking_uri, load_experiment, store_records, warn)
+from . import histories_schema as schema
 from .shareable import shareable, shareable_map
 
 FORMAT = "moe-rl-harness histories"
@@ -173,9 +175,10 @@ def read(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise AnalysisError(f"--from {str(path)!r}: no such file (write one with `python -m analysis export`)")
     try:
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, EOFError, UnicodeDecodeError, ValueError) as exc:
+        doc = json.loads(schema.decompress(path.read_bytes()).decode("utf-8"))
+    except schema.Malformed as exc:
+        raise AnalysisError(f"--from {str(path)!r}: {exc}") from None
+    except (OSError, EOFError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise AnalysisError(f"--from {str(path)!r} is not a gzip-compressed JSON histories file "
                             f"({type(exc).__name__}): write one with `python -m analysis export`") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
@@ -184,6 +187,10 @@ def read(path: str | Path) -> dict[str, Any]:
     if doc.get("version") != VERSION:
         raise AnalysisError(f"--from {str(path)!r} is histories format version {doc.get('version')!r}; this analysis "
                             f"reads version {VERSION}: export it again with `python -m analysis export`")
+    try:
+        schema.check(doc)
+    except schema.Malformed as exc:
+        raise AnalysisError(f"--from {str(path)!r}: {exc}; export it again with `python -m analysis export`") from None
     return doc
 
 
