@@ -163,8 +163,12 @@ def export(name: str, tracking_uri: str | None = None, path: str | Path = "", me
             "metrics": chosen, "complete": set(logged) <= set(chosen)}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(encode(head, [_run_json(r, histories) for r in records]))
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(encode(head, [_run_json(r, histories) for r in records]))
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, --out a folder: no .tmp left behind (the caller says why in one line)
+        tmp.unlink(missing_ok=True)
+        raise
     values = sum(len(s) for runs in histories.values() for s in runs.values())
     return Exported(path, len(records), len(chosen), values, path.stat().st_size)
 

@@ -34,6 +34,11 @@ from harness.errors import ConfigError
 LOCK_DEADLINE_S = 120.0
 #: the first pause between two tries of a locked call; it doubles up to ``_MAX_PAUSE_S``
 _FIRST_PAUSE_S, _MAX_PAUSE_S = 0.1, 5.0
+#: MLflow's own settings of its http client, bounded (issue 45: a dead server kept a run in urllib3's retries for
+#: 12.5 minutes, MLflow's defaults being 7 retries, backoff factor 2, 120 s per request); a value set in the
+#: environment wins. Worst case per call: ~7 s when nothing answers, 4 x 20 s when a server accepts but never replies.
+HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+               "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
 #: MLflow 3's experiment kind for model training (the UI's "Model training" view, not the GenAI overview)
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 
@@ -69,6 +74,27 @@ def _sqlite_error(exc: BaseException) -> str | None:
             return str(e).splitlines()[0] if str(e) else type(e).__name__
         e = e.__cause__ or e.__context__
     return None
+
+
+def bound_http_retries() -> None:
+    """:data:`HTTP_LIMITS` into the environment (MLflow reads them at each request; jobs inherit them), unless set."""
+    import os
+
+    for key, value in HTTP_LIMITS.items():
+        os.environ.setdefault(key, value)
+
+
+def _http_error(uri: str, exc: BaseException) -> str | None:
+    """A short reason when ``exc`` is MLflow's client giving up on an http store (no answer, refused, timed out)."""
+    if not uri.lower().startswith(("http://", "https://")):
+        return None
+    import re
+
+    text = str(exc)
+    if "API request to" not in text and "Max retries exceeded" not in text:
+        return None
+    m = re.search(r"\[Errno -?\d+\][^'\")\]]*|Read timed out|Max retries exceeded", text)
+    return m.group(0).strip() if m else text.splitlines()[0][:200]
 
 
 def _locked(reason: str | None) -> bool:
@@ -121,7 +147,12 @@ def call_store(uri: str, fn, *args, deadline_s: float | None = None, **kwargs):
             raise StoreError(f"cannot write {where} (MLflow store {_where(uri)}): {exc.strerror or exc}; free space "
                              f"there or make it writable, then run the same command again (it resumes from the "
                              f"run's last checkpoint)") from None
-        except Exception as exc:  # noqa: BLE001 - only sqlite's own failures are handled here
+        except Exception as exc:  # noqa: BLE001 - only sqlite's own failures and a dead http store are handled here
+            http = _http_error(uri, exc)
+            if http is not None:
+                raise StoreError(f"the MLflow store {_where(uri)} did not answer ({http}, after "
+                                 f"{time.monotonic() - t0:.0f} s of MLflow's retries); start it again, then run the "
+                                 f"same command again (it resumes from the run's last checkpoint)") from None
             reason = _sqlite_error(exc)
             if reason is None:
                 raise
@@ -180,6 +211,8 @@ def client_for(uri: str):
     from harness.uri import mlflow_uri
 
     given = uri
+    if uri.lower().startswith(("http://", "https://")):
+        bound_http_retries()
     uri = mlflow_uri(uri)
     mlflow.set_tracking_uri(uri)  # for artifact repositories; the client below is explicit
     return StoreClient(MlflowClient(tracking_uri=uri), given)
