@@ -406,3 +406,19 @@ def test_the_demo_sweep_runs_every_registered_estimator():
 
     grid = yaml.safe_load((ROOT / "sweeps" / "demo.yaml").read_text())["grid"]["estimator"]
     assert sorted(grid) == sorted(NAMES)
+
+
+@pytest.mark.parametrize("text", ["- a\n- b\n", "just a string\n", "42\n"])
+@pytest.mark.parametrize("command", ["sweep", "tune"])
+def test_a_sweep_file_that_is_not_a_mapping_is_refused_with_overrides_too(tmp_path, capsys, text, command):
+    """Issue 45: on d747b32 a list or scalar sweep file plus any key=value override was a TypeError traceback."""
+    from harness.launch.sweep import main as sweep_main
+    from harness.launch.tune.cli import main as tune_main
+
+    p = tmp_path / "spec.yaml"
+    p.write_text(text)
+    run = sweep_main if command == "sweep" else tune_main
+    assert run([str(p), f"runs_dir={tmp_path / 'runs'}", "launcher=local"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {p}: expected a YAML mapping at the top level") and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
