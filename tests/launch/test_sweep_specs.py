@@ -422,3 +422,16 @@ def test_a_sweep_file_that_is_not_a_mapping_is_refused_with_overrides_too(tmp_pa
     err = capsys.readouterr().err
     assert err.startswith(f"error: {p}: expected a YAML mapping at the top level") and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_sweep_folder_that_cannot_be_written_is_one_line(tmp_path, capsys):
+    """Issue 45: on d747b32 a read-only sweep folder was an OSError traceback (here: a path through a file, which
+    root cannot write either)."""
+    from harness.launch.sweep import main as sweep_main
+
+    (tmp_path / "file").write_text("")
+    args = [str(SWEEPS / "tiny.yaml"), f"runs_dir={tmp_path / 'runs'}", f"sweep_dir={tmp_path / 'file' / 'sweep'}",
+            f"tracking_uri=sqlite:///{tmp_path}/s.db", "launcher=local"]
+    assert sweep_main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: sweep tiny: cannot write the sweep folder") and len(err.strip().splitlines()) == 1
