@@ -161,15 +161,14 @@ def client_for(tracking_uri: str):
 
     from harness.uri import mlflow_uri
 
-    if tracking_uri.lower().startswith(("http://", "https://")):
-        from harness import store
-        from harness.tracking import TrackingError, bound_http_retries
+    from harness.http_store import bound_http_retries, health, is_http
 
+    if is_http(tracking_uri):
         bound_http_retries()
-        try:
-            store.check(tracking_uri)
-        except TrackingError as exc:
-            raise AnalysisError(str(exc)) from None
+        why = health(tracking_uri, 5.0)
+        if why is not None:
+            raise AnalysisError(f"cannot reach the MLflow tracking store at {redact(tracking_uri)!r}: {why} "
+                                "(--tracking-uri, else $MLFLOW_TRACKING_URI)")
     return MlflowClient(tracking_uri=mlflow_uri(tracking_uri))
 
 

@@ -34,11 +34,6 @@ from harness.errors import ConfigError
 LOCK_DEADLINE_S = 120.0
 #: the first pause between two tries of a locked call; it doubles up to ``_MAX_PAUSE_S``
 _FIRST_PAUSE_S, _MAX_PAUSE_S = 0.1, 5.0
-#: MLflow's own settings of its http client, bounded (issue 45: a dead server kept a run in urllib3's retries for
-#: 12.5 minutes, MLflow's defaults being 7 retries, backoff factor 2, 120 s per request); a value set in the
-#: environment wins. Worst case per call: ~7 s when nothing answers, 4 x 20 s when a server accepts but never replies.
-HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-               "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
 #: MLflow 3's experiment kind for model training (the UI's "Model training" view, not the GenAI overview)
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 
@@ -74,14 +69,6 @@ def _sqlite_error(exc: BaseException) -> str | None:
             return str(e).splitlines()[0] if str(e) else type(e).__name__
         e = e.__cause__ or e.__context__
     return None
-
-
-def bound_http_retries() -> None:
-    """:data:`HTTP_LIMITS` into the environment (MLflow reads them at each request; jobs inherit them), unless set."""
-    import os
-
-    for key, value in HTTP_LIMITS.items():
-        os.environ.setdefault(key, value)
 
 
 def _http_error(uri: str, exc: BaseException) -> str | None:
@@ -210,9 +197,11 @@ def client_for(uri: str):
 
     from harness.uri import mlflow_uri
 
+    from harness.http_store import bound_http_retries, is_http
+
     given = uri
-    if uri.lower().startswith(("http://", "https://")):
-        bound_http_retries()
+    if is_http(uri):
+        bound_http_retries()  # MLflow's own retry settings, bounded (harness/http_store.py)
     uri = mlflow_uri(uri)
     mlflow.set_tracking_uri(uri)  # for artifact repositories; the client below is explicit
     return StoreClient(MlflowClient(tracking_uri=uri), given)
