@@ -435,3 +435,15 @@ def test_a_sweep_folder_that_cannot_be_written_is_one_line(tmp_path, capsys):
     assert sweep_main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: sweep tiny: cannot write the sweep folder") and len(err.strip().splitlines()) == 1
+
+
+def test_a_study_folder_that_cannot_be_written_is_one_line(tmp_path, capsys):
+    """Issue 45: on d747b32 ``harness.tune`` with a read-only ``runs/sweeps/<study>`` was an OSError traceback."""
+    from harness.launch.tune.cli import main as tune_main
+
+    (tmp_path / "file").write_text("")
+    args = [str(SWEEPS / "tiny_tune.yaml"), f"runs_dir={tmp_path / 'runs'}", f"sweep_dir={tmp_path / 'file' / 'sweep'}",
+            f"tracking_uri=sqlite:///{tmp_path}/s.db", "launcher=local", "tune.n_trials=1"]
+    assert tune_main(args) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot write or read") and len(err.strip().splitlines()) == 1, err
