@@ -335,6 +335,10 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, (AnalysisError, ConfigError, ReadmeError)):
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        if isinstance(exc, OSError):  # a full disk, a folder where a file goes, no permission: one line, exit 1
+            where = f" {exc.filename}" if exc.filename else ""
+            print(f"error: cannot write or read{where}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
         raise
 
 

@@ -95,6 +95,14 @@ def _k3_vs_step(ax, per_step: dict[str, pd.Series], colours: dict, notes: list[s
 def draw_dose(arms: pd.DataFrame, per_step: dict[str, pd.Series], cfg: AnalysisConfig,
               out: Path) -> tuple[list[Path], list[str]]:
     """Draw ``dose.png``/``.pdf`` into ``out``; returns the paths and the notes on what was left out."""
+    import matplotlib
+
+    with matplotlib.rc_context({"text.parse_math": False}):  # labels drawn as written (analysis.escape)
+        return _draw_dose(arms, per_step, cfg, out)
+
+
+def _draw_dose(arms: pd.DataFrame, per_step: dict[str, pd.Series], cfg: AnalysisConfig,
+               out: Path) -> tuple[list[Path], list[str]]:
     notes: list[str] = []
     fig = Figure(figsize=SIZE, dpi=cfg.dpi, layout="constrained")
     left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)

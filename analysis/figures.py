@@ -760,5 +760,7 @@ def figure(name: str, ctx: FigureContext) -> Figure:
 
 
 def draw(name: str, ctx: FigureContext) -> list[Path]:
-    """Draw figure ``name`` and write its PNG and PDF; raises :class:`MissingInput`."""
-    return _save(figure(name, ctx), ctx, name)
+    """Draw figure ``name`` and write its PNG and PDF; raises :class:`MissingInput`. Text is drawn as written:
+    no mathtext (a label ``$\\macro$`` from a tag stopped every figure on d747b32; :mod:`analysis.escape`)."""
+    with matplotlib.rc_context({"text.parse_math": False}):
+        return _save(figure(name, ctx), ctx, name)

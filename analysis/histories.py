@@ -10,7 +10,7 @@ path, so the report's tables from the file are byte for byte those from the stor
 line once decompressed (``zcat FILE | head``)::
 
     {"format": "moe-rl-harness histories", "version": 1,
-     "experiment": {"name": "ablation", "experiment_id": "3", "tracking_uri": "sqlite:///.../mlruns.db",
+     "experiment": {"name": "ablation", "experiment_id": "3", "tracking_uri": "sqlite:///<local>/mlruns.db",
                     "tags": {"primary_contrasts": "{...}", ...}},   # the experiment's tags (absent: none known)
      "metrics": ["is/ess", "mismatch/k3", ...],   # the metrics whose histories the file holds, sorted
      "complete": true,                             # true: every metric any run logged is in "metrics"
@@ -27,6 +27,9 @@ line once decompressed (``zcat FILE | head``)::
   (FINISHED, RUNNING, KILLED, FAILED; training, probe, summary and foreign runs), so that reading the file
   leaves out the same runs for the same reasons as reading the store, and ``--include-unfinished`` and
   ``--group-by`` (any tag or param) work on it.
+- Nothing secret or local: the header's ``tracking_uri``, every tag and every param are written through
+  :func:`analysis.shareable.shareable` (no userinfo or password-like query value; an absolute local path keeps its
+  last component only, ``<local>/<name>``): the file is meant to be committed.
 - ``experiment.tags``: every tag of the MLflow experiment, as strings. The declared primary contrasts (tag
   ``primary_contrasts``, :mod:`harness.launch.primary`) travel with the runs, so a report from the file tests the
   same primary family, with the same "pre-registered" label, as the store's. A file written before the key existed
@@ -39,7 +42,8 @@ line once decompressed (``zcat FILE | head``)::
 - ``complete`` is false when the file was written with a chosen list of metrics; reading a metric outside it
   is then refused (it would look like a metric no run logged).
 
-A file of another ``format`` or ``version`` is refused with one line (:class:`analysis.load.AnalysisError`,
+A file of another ``format`` or ``version``, one that decompresses past a bound, or one with a field of the wrong
+kind or a run twice (:mod:`analysis.histories_schema`) is refused with one line (:class:`analysis.load.AnalysisError`,
 exit 2). The gzip header carries no name and no time, so exporting the same store twice writes the same bytes.
 """
 from __future__ import annotations
@@ -56,8 +60,12 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from harness.uri import redact
+
 from .load import (AnalysisError, Experiment, RunRecord, _load_histories, assemble, default_metrics,
                    default_tracking_uri, load_experiment, store_records, warn)
+from . import histories_schema as schema
+from .shareable import shareable, shareable_map
 
 FORMAT = "moe-rl-harness histories"
 VERSION = 1
@@ -102,8 +110,32 @@ def _run_json(record: RunRecord, histories: dict[str, dict[str, pd.Series]]) -> 
         if s is not None and len(s):
             hist[metric] = {"step": s.index.to_numpy(np.int64).tolist(), "value": _encode_values(s.to_numpy())}
     return {"run_id": record.run_id, "run_name": record.run_name, "status": record.status,
-            "start_time": record.start_time, "tags": dict(record.tags), "params": dict(record.params),
+            "start_time": record.start_time, "tags": shareable_map(record.tags), "params": shareable_map(record.params),
             "latest": {k: _encode_value(v) for k, v in record.latest.items()}, "histories": hist}
+
+
+def encode(head: dict[str, Any], runs: Sequence[dict[str, Any]]) -> bytes:
+    """The file's bytes: ``head`` and one run per line, gzip-compressed with no name and no time in its header."""
+    lines = [json.dumps(run, allow_nan=False) for run in runs]
+    text = json.dumps(head, allow_nan=False)[:-1] + ', "runs": [\n' + ",\n".join(lines) + "\n]}\n"
+    buf = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, compresslevel=6, mtime=0) as gz:
+        gz.write(text.encode("utf-8"))
+    return buf.getvalue()
+
+
+def made_shareable(doc: dict[str, Any]) -> dict[str, Any]:
+    """A histories document (:func:`read`) as :func:`export` writes it now: its header URI, experiment tags, run
+    tags and params through :func:`analysis.shareable.shareable` (files written before issue 45)."""
+    head = {k: v for k, v in doc.items() if k != "runs"}
+    exp = dict(head.get("experiment") or {})
+    if "tracking_uri" in exp:
+        exp["tracking_uri"] = shareable(str(exp["tracking_uri"]))
+    if isinstance(exp.get("tags"), dict):
+        exp["tags"] = shareable_map(exp["tags"])
+    head["experiment"] = exp
+    runs = [{**run, "tags": shareable_map(run["tags"]), "params": shareable_map(run["params"])} for run in doc["runs"]]
+    return {**head, "runs": runs}
 
 
 def export(name: str, tracking_uri: str | None = None, path: str | Path = "", metrics: Sequence[str] | None = None,
@@ -117,7 +149,7 @@ def export(name: str, tracking_uri: str | None = None, path: str | Path = "", me
     tracking_uri = tracking_uri or default_tracking_uri()
     client, exp, records = store_records(name, tracking_uri)
     if not records:
-        raise AnalysisError(f"experiment {name!r} in {tracking_uri} holds no runs to export")
+        raise AnalysisError(f"experiment {name!r} in {redact(tracking_uri)} holds no runs to export")
     logged = sorted({m for r in records for m in r.latest})
     chosen = logged if metrics is None else sorted(dict.fromkeys(metrics))
     never = [m for m in chosen if m not in set(logged)]
@@ -126,18 +158,17 @@ def export(name: str, tracking_uri: str | None = None, path: str | Path = "", me
              f"{'it' if len(never) == 1 else 'them'}")
     histories = _load_histories(client, [r.run_id for r in records], tuple(chosen), threads)
     head = {"format": FORMAT, "version": VERSION,
-            "experiment": {"name": name, "experiment_id": exp.experiment_id, "tracking_uri": tracking_uri,
-                           "tags": {str(k): str(v) for k, v in sorted((exp.tags or {}).items())}},
+            "experiment": {"name": name, "experiment_id": exp.experiment_id, "tracking_uri": shareable(tracking_uri),
+                           "tags": {str(k): shareable(str(v)) for k, v in sorted((exp.tags or {}).items())}},
             "metrics": chosen, "complete": set(logged) <= set(chosen)}
-    lines = [json.dumps(_run_json(r, histories), allow_nan=False) for r in records]
-    text = json.dumps(head, allow_nan=False)[:-1] + ', "runs": [\n' + ",\n".join(lines) + "\n]}\n"
-    buf = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, compresslevel=6, mtime=0) as gz:
-        gz.write(text.encode("utf-8"))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(buf.getvalue())
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(encode(head, [_run_json(r, histories) for r in records]))
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, --out a folder: no .tmp left behind (the caller says why in one line)
+        tmp.unlink(missing_ok=True)
+        raise
     values = sum(len(s) for runs in histories.values() for s in runs.values())
     return Exported(path, len(records), len(chosen), values, path.stat().st_size)
 
@@ -148,9 +179,10 @@ def read(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise AnalysisError(f"--from {str(path)!r}: no such file (write one with `python -m analysis export`)")
     try:
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, EOFError, UnicodeDecodeError, ValueError) as exc:
+        doc = json.loads(schema.decompress(path.read_bytes()).decode("utf-8"))
+    except schema.Malformed as exc:
+        raise AnalysisError(f"--from {str(path)!r}: {exc}") from None
+    except (OSError, EOFError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise AnalysisError(f"--from {str(path)!r} is not a gzip-compressed JSON histories file "
                             f"({type(exc).__name__}): write one with `python -m analysis export`") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
@@ -159,6 +191,10 @@ def read(path: str | Path) -> dict[str, Any]:
     if doc.get("version") != VERSION:
         raise AnalysisError(f"--from {str(path)!r} is histories format version {doc.get('version')!r}; this analysis "
                             f"reads version {VERSION}: export it again with `python -m analysis export`")
+    try:
+        schema.check(doc)
+    except schema.Malformed as exc:
+        raise AnalysisError(f"--from {str(path)!r}: {exc}; export it again with `python -m analysis export`") from None
     return doc
 
 

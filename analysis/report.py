@@ -26,6 +26,7 @@ from .config import AnalysisConfig, ConfigError
 from .along import ALONG, along_table
 from .histories import open_experiment
 from .load import SUMMARY_TAG, Experiment, load_experiment
+from .escape import md_code, md_text
 from .paths import out_folder
 from harness.uri import redact
 from .measures import measure_experiment
@@ -220,30 +221,31 @@ def primary_note(exp: Experiment, primary: Sequence[tuple], declared: dict | Non
 
 def _overview(exp: Experiment) -> list[str]:
     runs = exp.runs
-    lines = [f"- tracking URI: `{redact(exp.tracking_uri)}`, experiment `{exp.name}` (id {exp.experiment_id})",
+    lines = [f"- tracking URI: {md_code(redact(exp.tracking_uri))}, experiment {md_code(exp.name)} "
+             f"(id {md_text(exp.experiment_id)})",
              f"- generated: {_dt.datetime.now().isoformat(timespec='seconds')}"]
     if len(runs):
         per = runs.groupby("label", sort=False).size()
         lines.append(f"- {len(runs)} training runs in {len(per)} groups; seeds per group: "
-                     + ", ".join(f"{lab} {k}" for lab, k in per.items()))
+                     + ", ".join(f"{md_text(lab)} {k}" for lab, k in per.items()))
         commits = sorted(set(runs["git_commit"]) - {""})
         if commits:
-            lines.append(f"- git commits: {', '.join(f'`{c[:12]}`' for c in commits[:5])}"
+            lines.append(f"- git commits: {', '.join(md_code(c[:12]) for c in commits[:5])}"
                          + (f" (+{len(commits) - 5} more)" if len(commits) > 5 else ""))
         for col in ("model", "task", "backend", "perturbation"):
             vals = sorted(set(runs[col]) - {""})
             if vals:
-                lines.append(f"- {col}: {', '.join(vals)}")
+                lines.append(f"- {col}: {md_text(', '.join(vals))}")
     if exp.probes is not None and len(exp.probes):
         lines.append(f"- {len(exp.probes)} noise-probe runs")
     return lines
 
 
 def render_markdown(exp: Experiment, result: ReportResult, cfg: AnalysisConfig, order: list[str], x: str | None) -> str:
-    md = [f"# Analysis report: `{exp.name}`", "", *_overview(exp), ""]
+    md = [f"# Analysis report: {md_code(exp.name)}", "", *_overview(exp), ""]
     notes = list(result.notes)
     if notes:
-        md += ["## Notes", "", *[f"- {n}" for n in notes], ""]
+        md += ["## Notes", "", *[f"- {md_text(n)}" for n in notes], ""]
     md += ["## Definitions and parameters", "", *[f"{line}  " for line in cfg.describe().splitlines()], ""]
     t = result.tables
     md += ["## Summary", ""]
@@ -252,7 +254,7 @@ def render_markdown(exp: Experiment, result: ReportResult, cfg: AnalysisConfig, 
     if "groups" in t:
         md += ["## Groups: what sets each apart", "", t["groups"].markdown(short=True), ""]
     for name in [n for n in t if n.startswith("by_")]:
-        md += [f"## {t[name].title}", "", t[name].markdown(short=True), "", f"Files: `{name}.md|csv|tex`.", ""]
+        md += [f"## {md_text(t[name].title)}", "", t[name].markdown(short=True), "", f"Files: {md_code(name + '.md|csv|tex')}.", ""]
 
     from .figures import FIGURES
 

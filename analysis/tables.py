@@ -25,6 +25,8 @@ import pandas as pd
 from harness import metrics as M
 
 from .config import AnalysisConfig
+from .escape import csv_cell, md_text
+from .paths import folder_name  # a --group-by key is a file name here: no path in it
 from .labels import family_name, sweep_families
 from .load import PROBE_METRICS, Experiment
 from .stats import Interval, iqm, iqm_ci, km_median, probability_of_improvement, wilson
@@ -45,7 +47,7 @@ class Table:
     def grid(self) -> str:
         """The bare markdown table."""
         cols = [str(c) for c in self.frame.columns]
-        esc = lambda v: str(v).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+        esc = lambda v: md_text(v).replace("|", "\\|")  # noqa: E731 - names are text, not markup (analysis.escape)
         lines = ["| " + " | ".join(esc(c) for c in cols) + " |",
                  "|" + "|".join("---" if i == 0 else "---:" for i in range(len(cols))) + "|"]
         lines += ["| " + " | ".join(esc(v) for v in row) + " |" for row in self.frame.itertuples(index=False)]
@@ -54,8 +56,8 @@ class Table:
     def markdown(self, with_title: bool = False, short: bool = False) -> str:
         """Markdown table followed by its notes and parameters (one line when ``short``)."""
         footer = self.short_footer if short and self.short_footer else self.footer
-        tail = "\n".join([*(f"Note: {n}" for n in self.notes), *([footer] if footer else [])])
-        head = f"**{self.title}**\n\n" if with_title else ""
+        tail = "\n".join([*(f"Note: {md_text(n)}" for n in self.notes), *([footer] if footer else [])])
+        head = f"**{md_text(self.title)}**\n\n" if with_title else ""
         return head + self.grid() + ("\n\n" + _md_footer(tail) if tail else "")
 
     def latex(self) -> str:
@@ -84,8 +86,8 @@ class Table:
     def write(self, out_dir: Path) -> list[Path]:
         out_dir.mkdir(parents=True, exist_ok=True)
         md, csv, tex = (out_dir / f"{self.name}.{ext}" for ext in ("md", "csv", "tex"))
-        md.write_text(f"# {self.title}\n\n{self.markdown()}\n")
-        self.data.to_csv(csv, index=False)
+        md.write_text(f"# {md_text(self.title)}\n\n{self.markdown()}\n")
+        self.data.rename(columns=csv_cell).map(csv_cell).to_csv(csv, index=False)  # no cell a spreadsheet runs
         tex.write_text(self.latex())
         return [md, csv, tex]
 
@@ -232,7 +234,7 @@ def marginal_table(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig,
         data.append({tag: v, "groups": g["label"].nunique(), "runs": n, "collapsed": c,
                      **_interval_cols("collapse_rate", rate), **_interval_cols("final_iqm", fin),
                      **_interval_cols("auc_iqm", auc), "kl_iqm": kl})
-    t = Table(f"by_{tag}", f"Pooled over the groups, by {tag}", pd.DataFrame(rows), pd.DataFrame(data),
+    t = Table(f"by_{folder_name(tag)}", f"Pooled over the groups, by {tag}", pd.DataFrame(rows), pd.DataFrame(data),
               cfg.describe(), short_footer=cfg.describe_short())
     t.notes.append(f"collapse rate: Wilson {cfg.ci:.0%} interval over all runs of the row; final, AUC: IQM with a "
                    "bootstrap CI stratified by group.")

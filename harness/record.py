@@ -7,6 +7,8 @@ it. The order of a run's bookkeeping, each step before anything heavier:
 
 1. :meth:`RunRecord.prepare` — the store is reachable (``harness.store.check``, seconds) and the experiment not
    deleted there (``harness.tracking.ExperimentDeleted``, exit 2, before anything is written); the folder is
+   looked up in the store first (a FINISHED run of this signature and seed is answered from there, below, without
+   writing or locking the folder: a read-only folder works); else the folder is
    writable (:class:`RunFolderError`, exit 2, naming the path) and this process's alone (``run.lock``,
    :mod:`harness.runlock`, held until the run ends: another live process training this run is
    :class:`RunInProgress`, exit 2); the folder holds nothing of another run (signature, seed or experiment
@@ -142,6 +144,10 @@ class RunRecord:
         store.check(uri)
         client = client_for(uri)
         live_experiment(client, self.identity.experiment, uri)  # deleted there: exit 2, before anything is written
+        done = store.finished_run(client, self.identity.experiment, self.identity.signature, self.identity.seed,
+                                  after_ms=self.finished_after_ms)
+        if done is not None:  # the store's answer needs no folder: none written, none locked (a read-only one works)
+            return self._summary_of(client, done)
         self._lock()
         try:
             self._check_folder()

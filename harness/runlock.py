@@ -12,15 +12,20 @@ resumed the first's live checkpoint). Now the second stops at once: :class:`RunI
   "hold" the lock.
 - A child forked while a lock is held (the overlap rollout worker) closes its copy of the descriptor, so the
   lock ends with the run, not with the child; a child that execs never has it (close-on-exec).
+- What is opened is a lock file only (issue 45): ``O_NOFOLLOW``, then ``fstat`` must show a regular file of this
+  user with one link, holding nothing but a lock record (:func:`open_lock_file`); anything else is refused with
+  one line (:class:`NotALockFile`, exit 2) and left as it was.
 - On NFS, Linux runs ``flock`` as a POSIX lock through the server's lock manager: processes on different
   hosts exclude each other too.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 
@@ -30,6 +35,59 @@ _HELD: dict[int, "RunLock"] = {}  # descriptor -> lock, of this process
 
 class RunInProgress(RuntimeError):
     """Another live process holds the run folder's lock (exit 2)."""
+
+
+class NotALockFile(RunInProgress):
+    """The lock's path holds something this process will not take as its lock file (a symlink, not a regular
+    file, another user's file, a file with other links or other content): exit 2, nothing written to it."""
+
+
+def open_lock_file(path: Path) -> int:
+    """A descriptor of the lock file ``path``, created (mode 0644) if absent; :class:`NotALockFile` when ``path``
+    is a symlink (``O_NOFOLLOW``), not a regular file, not owned by this user, hard-linked elsewhere, or holds
+    anything but a lock record (a file this process did not create is only ever written when it is a lock file:
+    on d747b32 a ``run.lock`` symlinked to any writable file, the MLflow store included, was emptied)."""
+    flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+        return fd  # created here: ours
+    except FileExistsError:
+        pass
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.EACCES, errno.EPERM):
+            raise NotALockFile(_refusal(path, "a symlink or not a regular file" if exc.errno != errno.EACCES
+                                        else "not writable by this user")) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        why = ("not a regular file" if not stat.S_ISREG(st.st_mode) else
+               "owned by another user" if st.st_uid != os.geteuid() else
+               "a hard link to another file" if st.st_nlink != 1 else
+               "not a lock file (it holds other content)" if not _is_lock_record(os.pread(fd, 4097, 0)) else "")
+    except BaseException:
+        os.close(fd)
+        raise
+    if why:
+        os.close(fd)
+        raise NotALockFile(_refusal(path, why))
+    return fd
+
+
+def _refusal(path: Path, why: str) -> str:
+    return f"the lock file {path} is {why}: it is not taken as a lock; remove it (`rm {path}`) if it is not needed"
+
+
+def _is_lock_record(data: bytes) -> bool:
+    """Empty (released), or ``{"pid": ..., "host": ...}`` as :meth:`RunLock.acquire` writes it."""
+    if not data.strip():
+        return True
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and set(record) <= {"pid", "host"}
 
 
 class RunLock:
@@ -50,7 +108,7 @@ class RunLock:
         the holder when another process has it; OSError when the folder cannot be written."""
         if self.fd is not None:
             return
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = open_lock_file(self.path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

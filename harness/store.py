@@ -12,12 +12,11 @@
 """
 from __future__ import annotations
 
-import re
-import time
+import os
 from pathlib import Path
 from typing import Any
 
-from harness.uri import http_auth, mlflow_uri, redact, scrub
+from harness.uri import redact
 
 TIMEOUT_S = 5.0
 
@@ -43,42 +42,42 @@ def check(uri: str, timeout_s: float = TIMEOUT_S) -> None:
     if db is not None:
         if not db.parent.is_dir():
             raise _tracking_error(uri, f"the folder {db.parent} does not exist")
-        with lock_for(db, timeout_s=max(60.0, timeout_s)):
-            _touch_store(uri)
+        try:
+            with lock_for(db, timeout_s=max(60.0, timeout_s)):
+                _touch_store(uri)
+        except OSError as exc:  # the lock file: a symlink (ELOOP), not a regular file, not writable
+            raise _tracking_error(uri, f"its lock file {db}.lock cannot be used ({exc.strerror or exc}): remove it "
+                                       f"if no process is creating the store (`rm {db}.lock`)") from None
         return
     _touch_store(uri)
 
 
 def _check_http(uri: str, timeout_s: float) -> None:
-    """``GET <uri>/health`` answers 200 within ``timeout_s``, asked as MLflow's client would ask (the URI's
-    userinfo moved into basic auth by :func:`harness.uri.mlflow_uri`); a failure names only the redacted URI."""
-    import requests
+    """``GET <uri>/health`` answers 200 within ``timeout_s`` (:func:`harness.http_store.health`), else
+    TrackingError naming only the redacted URI."""
+    from harness.http_store import health
 
-    t0 = time.monotonic()
-    bare = mlflow_uri(uri)
-    try:
-        resp = requests.get(bare.rstrip("/") + "/health", auth=http_auth(), timeout=timeout_s)
-    except (requests.RequestException, OSError, ValueError) as exc:
-        why = scrub(_reason(exc), uri)
-        raise _tracking_error(uri, f"{why} (after {time.monotonic() - t0:.1f} s)") from None
-    if resp.status_code != 200:
-        raise _tracking_error(uri, f"GET /health answered {resp.status_code} {resp.reason}"
-                                   + (" (credentials: MLFLOW_TRACKING_USERNAME/PASSWORD)"
-                                      if resp.status_code in (401, 403) else ""))
-
-
-def _reason(exc: BaseException) -> str:
-    """A requests failure in a few words (``[Errno 111] Connection refused``), not urllib3's nested repr."""
-    text = str(exc)
-    m = re.search(r"\[Errno -?\d+\][^'\")\]]*", text)
-    return m.group(0).strip() if m else (text.splitlines()[0][:200] if text else type(exc).__name__)
+    why = health(uri, timeout_s)
+    if why is not None:
+        raise _tracking_error(uri, why)
 
 
 def lock_for(db: Path, timeout_s: float = 60.0):
-    """A cross-process lock beside the database file (``<db>.lock``)."""
+    """A cross-process lock beside the database file (``<db>.lock``): ``filelock`` opens it with ``O_NOFOLLOW`` and
+    never truncates an existing file; anything there but a regular file of this user is refused (OSError)."""
+    import errno
+    import stat as st
+
     from filelock import FileLock
 
-    return FileLock(str(db) + ".lock", timeout=timeout_s)
+    path = Path(str(db) + ".lock")
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        info = None
+    if info is not None and (not st.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_nlink != 1):
+        raise OSError(errno.EPERM, "not a regular file of this user with one link")
+    return FileLock(str(path), timeout=timeout_s)
 
 
 def _touch_store(uri: str) -> None:

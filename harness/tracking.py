@@ -71,6 +71,19 @@ def _sqlite_error(exc: BaseException) -> str | None:
     return None
 
 
+def _http_error(uri: str, exc: BaseException) -> str | None:
+    """A short reason when ``exc`` is MLflow's client giving up on an http store (no answer, refused, timed out)."""
+    if not uri.lower().startswith(("http://", "https://")):
+        return None
+    import re
+
+    text = str(exc)
+    if "API request to" not in text and "Max retries exceeded" not in text:
+        return None
+    m = re.search(r"\[Errno -?\d+\][^'\")\]]*|Read timed out|Max retries exceeded", text)
+    return m.group(0).strip() if m else text.splitlines()[0][:200]
+
+
 def _locked(reason: str | None) -> bool:
     return reason is not None and "is locked" in reason  # "database is locked", "database table is locked"
 
@@ -121,7 +134,12 @@ def call_store(uri: str, fn, *args, deadline_s: float | None = None, **kwargs):
             raise StoreError(f"cannot write {where} (MLflow store {_where(uri)}): {exc.strerror or exc}; free space "
                              f"there or make it writable, then run the same command again (it resumes from the "
                              f"run's last checkpoint)") from None
-        except Exception as exc:  # noqa: BLE001 - only sqlite's own failures are handled here
+        except Exception as exc:  # noqa: BLE001 - only sqlite's own failures and a dead http store are handled here
+            http = _http_error(uri, exc)
+            if http is not None:
+                raise StoreError(f"the MLflow store {_where(uri)} did not answer ({http}, after "
+                                 f"{time.monotonic() - t0:.0f} s of MLflow's retries); start it again, then run the "
+                                 f"same command again (it resumes from the run's last checkpoint)") from None
             reason = _sqlite_error(exc)
             if reason is None:
                 raise
@@ -179,7 +197,11 @@ def client_for(uri: str):
 
     from harness.uri import mlflow_uri
 
+    from harness.http_store import bound_http_retries, is_http
+
     given = uri
+    if is_http(uri):
+        bound_http_retries()  # MLflow's own retry settings, bounded (harness/http_store.py)
     uri = mlflow_uri(uri)
     mlflow.set_tracking_uri(uri)  # for artifact repositories; the client below is explicit
     return StoreClient(MlflowClient(tracking_uri=uri), given)

@@ -178,3 +178,24 @@ def test_no_artifact_of_a_run_holds_the_password(mlflow_server, tmp_path):
     assert run.info.status == "FINISHED" and run.data.params["tracking.uri"] == f"http://127.0.0.1:{port}"
     # answered by the one run, not trained again, the store named without credentials
     assert f"already finished in http://127.0.0.1:{port} (run {run.info.run_id}), not retrained" in again.stdout
+
+
+def test_an_export_over_http_holds_no_password(mlflow_server, tmp_path):
+    """Issue 45 (wrong case 2): on d747b32 ``analysis export --tracking-uri http://alice:<pw>@...`` wrote the URI,
+    password included, into the histories file (the file the docs say to commit)."""
+    import gzip
+
+    from mlflow.tracking import MlflowClient
+
+    root, port = mlflow_server
+    client = MlflowClient(f"http://127.0.0.1:{port}")
+    exp_id = client.create_experiment("creds_export")
+    client.set_terminated(client.create_run(exp_id, tags={"estimator": "rollout", "seed": "0"}).info.run_id)
+    out = tmp_path / "x.json.gz"
+    proc = subprocess.run([sys.executable, "-m", "analysis", "export", "-e", "creds_export", "--tracking-uri",
+                           f"http://alice:{SECRET}@127.0.0.1:{port}", "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = gzip.decompress(out.read_bytes()).decode()
+    assert SECRET not in text and SECRET not in proc.stdout + proc.stderr
+    assert f'"tracking_uri": "http://127.0.0.1:{port}"' in text

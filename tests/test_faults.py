@@ -446,3 +446,21 @@ def test_a_failed_checkpoint_write_leaves_no_tmp_file_and_the_last_checkpoint_re
     assert run.info.status == "FAILED"
     assert main(over) == 0  # the way out it names works: the same command resumes
     assert steps_logged(cfg.tracking_uri, run.info.run_id) == list(range(4))
+
+
+def test_a_finished_run_is_answered_from_the_store_without_its_folders_lock(tiny_overrides, capsys):
+    """Issue 45: on d747b32 a FINISHED run whose folder could not be locked (read-only, or held) was refused although
+    the store held its answer; now the store is asked first and the folder is neither written nor locked."""
+    from harness.runlock import RunLock
+
+    over = tiny_overrides(steps=2, name="answered")
+    assert main(over) == 0
+    capsys.readouterr()
+    held = RunLock(load(over).run_dir)
+    held.acquire()  # as a read-only folder or another process would: the lock cannot be taken
+    try:
+        assert main(over) == 0
+    finally:
+        held.release()
+    out = capsys.readouterr().out
+    assert "already finished in" in out and "not retrained" in out

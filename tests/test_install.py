@@ -76,3 +76,9 @@ def test_wheel_runs_from_an_empty_folder(tmp_path):
     assert any((work / "runs").rglob("*")), "no run folder under runs/"
     assert any((work / ".cache" / "warmstart").glob("*.pt"))
     assert _snapshot(ROOT) == before  # nothing written to the source tree's store or runs/
+    # the analysis follows the same home rule: on d747b32 the report went to <venv>/.../site-packages/figures/
+    rep = subprocess.run([str(py), "-m", "analysis", "report", "-e", "default", "--no-log", "--set", "bootstrap_reps=200",
+                          "--set", "curve_reps=50"], capture_output=True, text=True, cwd=work, env=env, timeout=300)
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    assert (work / "figures" / "default" / "report.md").is_file()
+    assert not list(env_dir.rglob("figures"))

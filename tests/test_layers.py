@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("harness", "analysis")
 LEAVES = ("harness.errors", "harness.metrics", "harness.curves", "harness.uri", "harness.history",
-          "harness.overrides", "harness.provenance")
+          "harness.overrides", "harness.provenance", "harness.http_store")
 REGISTRIES = ("harness.estimators", "harness.tasks", "harness.backends")
 TOP = ("harness.launch", "harness.sweep", "harness.tune", "harness.status")
 

@@ -184,3 +184,12 @@ def test_a_run_finished_in_the_store_says_so_and_mlflow_names_it_for_what_it_tra
     assert "found_in" not in json.loads((cfg.run_dir / "summary.json").read_text())  # the run's record, not this answer
     named = load(tiny_overrides("tracking.run_name=mine", "seed=4", steps=2, name="named"))
     assert client.get_run(execute(named, progress=False).run_id).info.run_name == "mine"  # a chosen name is kept
+
+
+def test_off_a_terminal_the_run_writes_no_progress_frames(tiny_overrides):
+    """Issue 45: on d747b32 a run whose output went to a file or a pipe (a job's log) still wrote the progress bar's
+    ``\\r`` frames (60 frames, 6 KB for 30 steps); off a terminal there is no bar now (tqdm's own rule)."""
+    proc = subprocess.run([sys.executable, "-m", "harness.run", *tiny_overrides(steps=3)], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "\r" not in proc.stderr + proc.stdout and "it/s" not in proc.stderr

@@ -7,6 +7,7 @@ seconds reaches the harness's own retry (``harness.tracking.call_store``) as it 
 """
 from __future__ import annotations
 
+import os
 import sqlite3
 import sys
 import threading
@@ -221,3 +222,36 @@ def test_a_run_file_not_written_is_one_line_naming_it_exit_1(tiny_overrides, mon
     assert "Traceback" not in err and err.count("error:") == 1
     assert not list(cfg.run_dir.glob("*.tmp"))
     assert only_run(cfg.tracking_uri).info.status == "FAILED"
+
+
+def test_a_dead_http_store_is_one_line_exit_1_in_seconds(tiny_overrides, tmp_path):
+    """Issue 45: on d747b32 a killed ``mlflow server`` kept a run in urllib3's retries for 12.5 min (134 lines, 5
+    tracebacks). MLflow's own retry settings are bounded now (``harness.http_store.HTTP_LIMITS``): a server that answers
+    ``/health`` and then goes away (its port closed, as a killed server's) ends the run in one line, exit 1."""
+    import http.server
+    import subprocess
+    import time
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"OK")
+            threading.Thread(target=lambda: (server.shutdown(), server.server_close())).start()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    over = [o for o in tiny_overrides(steps=2, name="dead_http") if not o.startswith("tracking.uri=")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_HTTP_REQUEST")}
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "harness.run", *over,
+                           f"tracking.uri=http://127.0.0.1:{server.server_address[1]}"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    took = time.monotonic() - t0
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert error_lines(proc.stderr) == [proc.stderr.strip()] and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(f"error: the MLflow store http://127.0.0.1:{server.server_address[1]} did not answer")
+    assert took < 60, took

@@ -1,5 +1,5 @@
 """What the launch commands share: argument splitting, the error wrapper (exit 2 for an invalid spec,
-1 for a failed submission) and plain-text tables."""
+1 for a failed submission or a folder that cannot be written) and plain-text tables."""
 from __future__ import annotations
 
 import os
@@ -39,6 +39,10 @@ def cli(body: Callable[[], int]) -> int:
         return fail(exc, 2)
     except SubmissionError as exc:
         return fail(exc, 1)
+    except OSError as exc:  # a read-only or full sweep folder, study journal, jobs.json: one line (issue 45)
+        where = f" {exc.filename}" if exc.filename else ""
+        return fail(f"cannot write or read{where}: {exc.strerror or exc}; make it writable or free space there "
+                    "(sweep_dir=PATH, runs_dir=PATH choose other folders)", 1)
 
 
 def format_table(rows: list[list[str]], header: list[str]) -> str:

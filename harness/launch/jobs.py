@@ -3,7 +3,8 @@
 ``JobsDB`` is ``<sweep_dir>/jobs.json``: run signature (or trial slot) -> the job that runs it (latest
 submission). ``job_states`` reads where those jobs stand: from ``squeue`` (no accounting database
 needed; ``sacct``, which submitit's own watcher uses, fails on a cluster without slurmdbd), then from
-submitit's result files; a local job is its worker process.
+the JSON outcome each job leaves (``harness.launch.outcome``; submitit's result pickles are never
+unpickled); a local job is its worker process.
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from typing import Any, Iterable
 
 import submitit
 
+from harness.launch import outcome
+
 
 ALIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
          "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD", "STOPPED"}
@@ -31,9 +34,15 @@ class JobsDB:
         self.data: dict[str, Any] = {"runs": {}, "trials": {}}
         if self.path.exists():
             try:
-                self.data.update(json.loads(self.path.read_text()))
-            except json.JSONDecodeError:
-                pass
+                data = json.loads(self.path.read_text())
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                data = None
+            if isinstance(data, dict):  # anything else is not ours: as if no job had been recorded
+                for key in ("runs", "trials"):
+                    recs = data.get(key)
+                    data[key] = {str(k): v for k, v in recs.items() if isinstance(v, dict)} \
+                        if isinstance(recs, dict) else {}
+                self.data.update(data)
 
     @property
     def runs(self) -> dict[str, dict]:
@@ -75,18 +84,31 @@ def _squeue_states() -> dict[str, tuple[str, str]] | None:
     return states
 
 
-def _result_state(folder: str, job_id: str) -> JobState:
-    paths = submitit.core.utils.JobPaths(folder, job_id=job_id, task_id=0)
-    if paths.result_pickle.exists():
-        try:
-            outcome, result = submitit.core.utils.pickle_load(paths.result_pickle)
-        except Exception:  # noqa: BLE001
-            return JobState("DONE", False)
-        if outcome == "success":
-            return JobState("DONE", False)
-        last = str(result).strip().splitlines()[-1] if str(result).strip() else ""
-        return JobState("FAILED", False, last)
-    return JobState("LOST", False, f"no result file; see {paths.stdout}")
+def _result_state(folder: str, job_id: str, sweep_dir: Path | None) -> JobState:
+    """The job's end from its JSON outcome (``harness.launch.outcome``; submitit's result pickles are never
+    loaded: unpickling runs code). ``folder`` comes from jobs.json: read only when it lies under ``sweep_dir``."""
+    where = _inside(folder, sweep_dir)
+    if where is None:
+        return JobState("LOST", False, f"jobs.json names the job folder {folder!r}, outside the sweep's folder "
+                                          f"{sweep_dir}: not read")
+    res = outcome.read(where, job_id)
+    if res is None:
+        paths = submitit.core.utils.JobPaths(where, job_id=job_id, task_id=0)
+        return JobState("LOST", False, f"no result file; see {paths.stdout}")
+    if res["outcome"] == "success":
+        return JobState("DONE", False)
+    return JobState("FAILED", False, res["detail"])
+
+
+def _inside(folder: str, sweep_dir: Path | None) -> Path | None:
+    """``folder`` resolved, when it lies under ``sweep_dir`` (resolved); None otherwise."""
+    if not folder or sweep_dir is None:
+        return None
+    try:
+        path, root = Path(folder).resolve(), Path(sweep_dir).resolve()
+    except (OSError, RuntimeError):
+        return None
+    return path if path == root or root in path.parents else None
 
 
 PF_KTHREAD = 0x00200000  # a kernel thread (linux/sched.h): its cmdline is always empty
@@ -116,8 +138,9 @@ def alive_from_proc(stat: str, cmdline: bytes) -> bool:
     return "submitit" in cmdline.replace(b"\0", b" ").decode(errors="replace")
 
 
-def job_states(records: Iterable[dict]) -> dict[str, JobState]:
-    """``job_id -> JobState`` for records ``{job_id, launcher, folder}`` (from jobs.json)."""
+def job_states(records: Iterable[dict], sweep_dir: Path | None) -> dict[str, JobState]:
+    """``job_id -> JobState`` for records ``{job_id, launcher, folder}`` (from ``<sweep_dir>/jobs.json``; a
+    ``folder`` outside ``sweep_dir`` is not read)."""
     records = [r for r in records if r.get("job_id")]
     out: dict[str, JobState] = {}
     squeue = _squeue_states() if any(r.get("launcher") == "slurm" for r in records) else None
@@ -129,15 +152,15 @@ def job_states(records: Iterable[dict]) -> dict[str, JobState]:
                 if st in ALIVE:
                     out[jid] = JobState(st, True, "" if reason in ("None", "") else reason)
                     continue
-                res = _result_state(r.get("folder", ""), jid)
+                res = _result_state(r.get("folder", ""), jid, sweep_dir)
                 if res.state == "FAILED":  # the job script exited 0 but the callable raised
                     out[jid] = JobState("FAILED", False, res.detail)
                 else:
                     out[jid] = JobState(st, False, "")
             else:
-                out[jid] = _result_state(r.get("folder", ""), jid)
+                out[jid] = _result_state(r.get("folder", ""), jid, sweep_dir)
                 if squeue is None and out[jid].state == "LOST":
                     out[jid] = JobState("UNKNOWN", False, "squeue unavailable and no result file yet")
         else:
-            out[jid] = JobState("RUNNING", True) if _pid_alive(jid) else _result_state(r.get("folder", ""), jid)
+            out[jid] = JobState("RUNNING", True) if _pid_alive(jid) else _result_state(r.get("folder", ""), jid, sweep_dir)
     return out

@@ -299,4 +299,7 @@ def load_spec(path: str | Path, overrides: list[str] = ()) -> SweepSpec:
     if raw is None:
         raise SweepError(f"{p}: empty sweep spec: a sweep needs a grid (KEY: [values]), a base or seeds; "
                          "see sweeps/tiny.yaml", key="grid")
+    if not isinstance(raw, dict):  # before the overrides go into it (a list or a scalar: a TypeError on d747b32)
+        raise SweepError(f"{p}: expected a YAML mapping at the top level (name:, base:, grid:, seeds: ...), got a "
+                         f"{type(raw).__name__}; see sweeps/tiny.yaml", key="spec")
     return parse_spec(apply_cli(raw, list(overrides)), p)

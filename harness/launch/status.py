@@ -54,7 +54,7 @@ def sweep_status(spec: SweepSpec) -> list[RunStatus]:
 
     runs = validate(spec)
     db = JobsDB(spec.sweep_dir)
-    states = job_states(list(db.runs.values()))
+    states = job_states(list(db.runs.values()), spec.sweep_dir)
     uri = runs[0].cfg.tracking_uri
     try:
         progress = mlflow_progress(uri, spec.experiment, [r.signature for r in runs])

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,6 +22,7 @@ import submitit
 from submitit.helpers import Checkpointable, DelayedSubmission
 
 from harness import backends
+from harness.launch.outcome import Reported
 from harness.launch.spec import SweepError
 
 
@@ -119,7 +121,8 @@ def slurm_available() -> tuple[bool, str]:
 
 def submit(spec, tasks: list[Checkpointable], names: list[str] | None = None) -> list[str]:
     """Submit ``tasks``; returns one job id per task (``ARRAY_TASK`` ids for Slurm arrays, the
-    worker's PID for the local launcher). Does not wait for anything to run."""
+    worker's PID for the local launcher). Does not wait for anything to run. Each job leaves its outcome as
+    JSON (``harness.launch.outcome.Reported``), which is what ``harness.status`` reads."""
     if not tasks:
         return []
     folder = submitit_folder(spec)
@@ -138,7 +141,7 @@ def submit(spec, tasks: list[Checkpointable], names: list[str] | None = None) ->
             raise SweepError(f"launcher: {exc}", key="launcher") from None
         try:
             with ex.batch():
-                jobs = [ex.submit(t) for t in tasks]
+                jobs = [ex.submit(Reported(t)) for t in tasks]
         except (subprocess.CalledProcessError, submitit.core.utils.FailedJobError, OSError) as exc:
             out = getattr(exc, "output", b"") or b""
             out = out.decode(errors="replace") if isinstance(out, bytes) else str(out)
@@ -156,9 +159,36 @@ def submit(spec, tasks: list[Checkpointable], names: list[str] | None = None) ->
                          signal_delay_s=min(lc.signal_delay_s, lc.time_min * 30), setup=_setup_lines(lc))
     n = max(1, min(lc.array_parallelism, len(tasks), os.cpu_count() or 1))
     ids = [""] * len(tasks)
-    for w in range(n):
-        idx = list(range(w, len(tasks), n))
-        job = ex.submit(Sequence([tasks[i] for i in idx]))
-        for i in idx:
-            ids[i] = job.job_id
+    with _console_to(folder / CONTROLLER_LOG):
+        for w in range(n):
+            idx = list(range(w, len(tasks), n))
+            job = ex.submit(Reported(Sequence([tasks[i] for i in idx])))
+            for i in idx:
+                ids[i] = job.job_id
     return ids
+
+
+CONTROLLER_LOG = "local_controller.log"
+
+
+@contextmanager
+def _console_to(log: Path):
+    """Standard output and error of the local workers started inside (submitit's controller process inherits this
+    process's) go to ``log``, not the console: a Ctrl-C on ``sweep --wait`` reaches the whole process group, and the
+    controller's KeyboardInterrupt traceback landed on the console under the sweep's one line (issue 45). The
+    runs' own logs are submitit's ``<job>_0_log.*`` files, as before."""
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    saved = [os.dup(1), os.dup(2)]
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for f in (fd, *saved):
+            os.close(f)

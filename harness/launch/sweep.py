@@ -27,7 +27,7 @@ from harness.launch.expand import PlannedRun, validate
 from harness.launch.jobs import JobsDB, job_states
 from harness.launch.progress import finished_in_store, prepare_tracking
 from harness.launch.spec import SweepError, SweepSpec, load_spec
-from harness.runlock import RunInProgress, RunLock
+from harness.runlock import NotALockFile, RunInProgress, RunLock
 from harness.record import CHECKPOINT_FILE, SUMMARY_FILE
 
 
@@ -55,7 +55,7 @@ def plan(spec: SweepSpec, runs: list[PlannedRun], rerun: bool = False) -> list[D
     finished = finished_in_store(spec, runs)
     db = JobsDB(spec.sweep_dir)
     recorded = {sig: rec for sig, rec in db.runs.items() if rec.get("job_id")}
-    states = job_states(list(recorded.values()))
+    states = job_states(list(recorded.values()), spec.sweep_dir)
     out = []
     for r in runs:
         rec = recorded.get(r.signature)
@@ -101,6 +101,12 @@ def submit_sweep(spec: SweepSpec, rerun: bool = False, dry_run: bool = False, ou
     try:
         spec.sweep_dir.mkdir(parents=True, exist_ok=True)
         lock.acquire()
+    except NotALockFile as exc:
+        raise SweepError(f"sweep {spec.name}: {exc}", key="name") from None
+    except OSError as exc:  # a read-only or full sweep folder: one line, not a traceback
+        raise SweepError(f"sweep {spec.name}: cannot write the sweep folder {spec.sweep_dir} "
+                         f"({exc.strerror or exc}): make it writable, or choose another (sweep_dir=PATH)",
+                         key="sweep_dir") from None
     except RunInProgress as exc:
         raise SweepError(f"sweep {spec.name}: {str(exc).split(';')[0].replace('run in progress', 'submission in progress')}"
                          f"; run it again once that one has submitted (it then skips or leaves alone what is submitted)",
@@ -199,11 +205,11 @@ def wait_for(spec: SweepSpec, decisions: list[Decision], poll_s: float = 5.0, ou
         if time.time() - last_line >= heartbeat_s:
             db = JobsDB(spec.sweep_dir)
             jobs = {str(db.runs[s]["job_id"]): db.runs[s] for s in pending if s in db.runs}
-            print(heartbeat(total, len(pending), job_states(list(jobs.values())), time.time() - t0), file=out,
-                  flush=True)
+            print(heartbeat(total, len(pending), job_states(list(jobs.values()), spec.sweep_dir),
+                            time.time() - t0), file=out, flush=True)
             last_line = time.time()
         db = JobsDB(spec.sweep_dir)
-        states = job_states([db.runs[s] for s in pending if s in db.runs])
+        states = job_states([db.runs[s] for s in pending if s in db.runs], spec.sweep_dir)
         done = _finished(spec, list(pending.values()))
         for sig, d in list(pending.items()):
             run = d.run

@@ -107,12 +107,28 @@ def _explain(exc: Exception, overrides: list[str], config_name: str, dirs: list[
     key = getattr(exc, "full_key", None) or max(named, key=len, default=None) or "spec"
     if msg.startswith("Could not override") and key != "spec":
         msg = _unknown_key(str(key), overrides, config_name, dirs) or msg
-    if "LexerNoViableAlt" in msg or "token recognition error" in msg:  # Hydra's grammar: unquoted unicode etc.
-        bad = next((ov for ov in overrides if ov.split("=")[0].lstrip("+~") == key), None)
-        value = bad.partition("=")[2] if bad else "..."
-        msg = (f"Hydra cannot parse the value {value!r} unquoted (non-ASCII letters and some symbols need "
-               f"quotes): quote it, \"{key}='{value}'\" on a shell command line")
+    unparsed = any(m in msg for m in ("LexerNoViableAlt", "token recognition error", "mismatched input",
+                                      "Error parsing override"))
+    if unparsed:  # Hydra's grammar: unquoted unicode, quotes, '=' in a value (a URI's ?password=...)
+        bad = next((ov for ov in overrides if ov.split("=")[0].lstrip("+~") == key), None) \
+            or next((ov for ov in overrides if "=" in ov.partition("=")[2]), None)
+        key = bad.split("=")[0].lstrip("+~") if bad else key
+        from harness.uri import redact
+
+        value = redact(bad.partition("=")[2]) if bad else "..."  # a URI's password is never echoed
+        msg = (f"Hydra cannot parse the value {value!r} unquoted (non-ASCII letters, quotes, '=' and some other "
+               f"symbols need quotes): quote it, {quote_hint(str(key), value)} on a shell command line")
     return ConfigError(str(key), msg)
+
+
+def quote_hint(key: str, value: str) -> str:
+    """``key=value`` as one shell word that Hydra reads back as ``value``: Hydra's single quotes (a ``'`` inside
+    escaped as ``\\'``), inside the shell's double quotes, or its single quotes when the value holds characters the
+    shell's double quotes do not keep (``"``, ``$``, backquote, backslash)."""
+    import shlex
+
+    arg = f"{key}='" + value.replace("'", "\\'") + "'"
+    return shlex.quote(arg) if any(c in value for c in '"$`\\') else f'"{arg}"'
 
 
 def _unknown_key(key: str, overrides: list[str], config_name: str, dirs: list[Path]) -> str | None:

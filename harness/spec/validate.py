@@ -5,6 +5,7 @@ keys (``Backend.validate``).
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Optional
 
 from harness import backends, estimators, tasks
@@ -31,7 +32,10 @@ LIMITS = {
 }
 #: Seed policy: an integer in [0, 2**31) (what every RNG of the stack accepts; negative seeds are refused).
 SEED_MAX = 2**31
-NAME_MAX = 200
+NAME_MAX = 200  # bytes (UTF-8): a file name is at most 255 bytes on most file systems, and a folder is made of it
+#: characters a name may not hold: control characters (a new line in a folder name) and the bidirectional
+#: controls that make a name display as another (U+202E shows "exe.txt" for "txt.exe")
+UNSAFE_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def _at_most(value: int, key: str) -> None:
@@ -40,16 +44,17 @@ def _at_most(value: int, key: str) -> None:
 
 def safe_name(value: Optional[str], key: str, required: bool = True) -> None:
     """A name that becomes a path component (``runs/<experiment>/``, a sweep's ``runs/sweeps/<name>/``): not empty,
-    no ``/``, ``\\`` or NUL, not ``.``/``..``, no leading/trailing blanks, at most NAME_MAX characters;
-    spaces inside are fine."""
+    no ``/``, ``\\``, control or bidirectional-control character, not ``.``/``..``, no leading/trailing blanks, at
+    most NAME_MAX bytes in UTF-8; spaces inside are fine."""
     if value is None:
         _require(not required, key, "must be set")
         return
-    bad = [c for c in ("/", "\\", "\0") if c in value]
+    bad = [c for c in ("/", "\\") if c in value]
+    size = len(value.encode("utf-8", "surrogatepass"))
     _require(bool(value.strip()) and value == value.strip() and not bad and value not in (".", "..")
-             and len(value) <= NAME_MAX, key,
-             f"must be a plain name (a folder name: no '/', '\\', NUL, '.' or '..', no leading/trailing blanks, "
-             f"<= {NAME_MAX} characters), got {value!r}")
+             and not UNSAFE_CHARS.search(value) and size <= NAME_MAX, key,
+             f"must be a plain name (a folder name: no '/', '\\', control or bidirectional characters, '.' or '..', "
+             f"no leading/trailing blanks, <= {NAME_MAX} bytes in UTF-8; this one has {size}), got {value!r}")
 
 
 # ------------------------------------------------------------------------------------ sections

@@ -32,7 +32,7 @@ def test_the_default_output_folder_is_under_the_project_with_the_name_sanitised(
 
     log_runs(fresh_store.uri, "../../esc", [SyntheticRun("rollout", s, curve(40, seed=s)) for s in range(2)])
     project = tmp_path / "project"
-    monkeypatch.setattr(paths, "FIGURES", project / "figures")
+    monkeypatch.setenv("MOE_RL_HOME", str(project))
     cwd = tmp_path / "a" / "b"
     cwd.mkdir(parents=True)
     monkeypatch.chdir(cwd)
@@ -43,6 +43,15 @@ def test_the_default_output_folder_is_under_the_project_with_the_name_sanitised(
     assert {p for p in set(tmp_path.rglob("*")) - before if project not in p.parents and p != project} == set()
     assert paths.folder_name("..") == "_.." and paths.folder_name(" a/b\\c ") == "a_b_c"
     assert paths.out_folder("../x", tmp_path / "mine") == tmp_path / "mine"  # an explicit --out is the user's
+
+
+def test_the_default_output_folder_follows_the_home_rule(tmp_path, monkeypatch):
+    """Issue 45 (wrong case 4): on d747b32 it was ``harness.uri.ROOT / "figures"`` whatever the home, which for an
+    installed wheel is ``site-packages/figures`` (the wheel itself: tests/test_install.py)."""
+    from analysis import paths
+
+    monkeypatch.setenv("MOE_RL_HOME", str(tmp_path / "home"))
+    assert paths.out_folder("x") == (tmp_path / "home").resolve() / "figures" / "x"
 
 
 def test_compare_prints_probability_of_improvement(store, capsys):
@@ -73,3 +82,44 @@ def test_list_and_params(store, capsys):
     assert "mean_n(n=16)\t3 runs" in capsys.readouterr().out
     assert main(["params"]) == 0
     assert "collapse_noise_z = 7" in capsys.readouterr().out
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_http_store_is_one_line_in_seconds(tmp_path, capsys, monkeypatch):
+    """Issue 45: on d747b32 ``report`` against a store with nothing listening took 4 min 13 s and 5 tracebacks of
+    MLflow's retries; now the store is asked /health first (as ``run`` does): exit 2, one line, each command."""
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    uri = f"http://alice:pw@127.0.0.1:{_free_port()}"
+    for argv in (["report", "-e", "x", "--no-log"], ["list"], ["export", "-e", "x", "--out", "x.json.gz"]):
+        t0 = time.monotonic()
+        assert main([*argv, "--tracking-uri", uri]) == 2
+        err = capsys.readouterr().err
+        assert time.monotonic() - t0 < 15, argv
+        assert err.startswith("error: cannot reach the MLflow tracking store at 'http://127.0.0.1:") and "pw" not in err
+        assert len(err.strip().splitlines()) == 1, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_output_that_cannot_be_written_is_one_line_and_leaves_no_tmp(store, tmp_path, capsys):
+    """Issue 45: on d747b32 ``export --out`` a folder left a ``.tmp`` and a traceback, ``report --out`` a file a
+    traceback (a full disk the same: any OSError)."""
+    folder = tmp_path / "taken.json.gz"
+    folder.mkdir()
+    assert main(["export", "-e", "demo", "--tracking-uri", store.uri, "--out", str(folder)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot write or read") and len(err.strip().splitlines()) == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken.json.gz"]  # no taken.json.gz.tmp
+    (tmp_path / "file").write_text("")
+    assert main(["report", "-e", "demo", "--tracking-uri", store.uri, "--out", str(tmp_path / "file"),
+                 "--no-log", "--set", "bootstrap_reps=200", "--set", "curve_reps=50"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot write or read") and len(err.strip().splitlines()) == 1, err

@@ -175,7 +175,7 @@ def test_file_records_every_metric_and_every_run(mixed):
     with gzip.open(path, "rt") as f:
         doc = json.load(f)
     assert doc["format"] == FORMAT and doc["version"] == 1 and doc["complete"] is True
-    assert doc["experiment"]["name"] == "mixed" and doc["experiment"]["tracking_uri"] == uri
+    assert doc["experiment"]["name"] == "mixed" and doc["experiment"]["tracking_uri"] == "sqlite:///<local>/m.db"
     assert set(M.CATALOGUE) <= set(doc["metrics"]) and set(M.PROBE_METRICS) <= set(doc["metrics"])
     assert done.metrics == len(doc["metrics"])
     assert {r["status"] for r in doc["runs"]} == {"FINISHED", "KILLED", "FAILED", "RUNNING"}
@@ -260,3 +260,40 @@ def test_dose_from_the_file_is_the_stores_byte_for_byte(empty_db, tmp_path, fast
     build_dose(None, None, tmp_path / "file", fast_cfg, echo=None, source=path)
     a, b = _tables(tmp_path / "store"), _tables(tmp_path / "file")
     assert {"dose.md", "dose.csv", "dose.tex", "dose_equal_kl.csv"} <= set(a) and a == b
+
+
+def test_the_file_holds_no_credential_and_no_absolute_local_path(empty_db, tmp_path):
+    """Issue 45 (wrong case 2): on d747b32 the header held the URI as given (``sqlite:///<the author's path>``, or
+    ``http://alice:<password>@...``) and the ``tracking.uri``/``out_dir`` params the author's absolute paths."""
+    import shutil
+
+    shutil.copy(empty_db, tmp_path / "s.db")
+    uri = f"sqlite:///{tmp_path / 's.db'}"
+    log_runs(uri, "shared", [SyntheticRun("rollout", 0, curve(20, seed=1), params={
+        "out_dir": f"{tmp_path}/runs/shared/abc123", "tracking.uri": "http://alice:pw-one@store.example:5000",
+        "note": "mysql://bob@db.example/x?password=pw-two&x=1"})])
+    client = MlflowClient(uri)
+    client.set_experiment_tag(client.get_experiment_by_name("shared").experiment_id, "origin",
+                              f"file://{tmp_path}/exported")
+    path = export("shared", uri, tmp_path / "shared.json.gz").path
+    with gzip.open(path, "rt") as f:
+        text = f.read()
+    assert str(tmp_path) not in text and "pw-one" not in text and "pw-two" not in text
+    doc = json.loads(text)
+    (run,) = doc["runs"]
+    assert doc["experiment"]["tracking_uri"] == "sqlite:///<local>/s.db"
+    assert run["params"]["out_dir"] == "<local>/abc123"
+    assert run["params"]["tracking.uri"] == "http://store.example:5000"
+    assert run["params"]["note"] == "mysql://db.example/x?password=***&x=1"
+    assert doc["experiment"]["tags"]["origin"] == "file:///<local>/exported"
+    assert load(path).runs["seed"].tolist() == [0]
+
+
+def test_shareable_leaves_names_relative_paths_and_numbers_alone():
+    from analysis.shareable import shareable
+
+    for text in ("rollout", "a/b/c", "runs/x/y", "1/2", "lr=3e-4", "mean_n(n=4)", "{\"contrasts\": [[\"a\", \"b\"]]}",
+                 "http://host:5000/api/x"):
+        assert shareable(text) == text
+    assert shareable("/home/alice/runs/x") == "<local>/x"
+    assert shareable("cmd --out /home/alice/f.json.gz") == "cmd --out <local>/f.json.gz"

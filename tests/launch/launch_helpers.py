@@ -25,7 +25,7 @@ def wait_sweep(spec, timeout: float = 240.0, cluster=None) -> None:
     while time.time() - t0 < timeout:
         db = JobsDB(spec.sweep_dir)
         recs = list(db.runs.values()) + list(db.trials.values())
-        states = job_states(recs)
+        states = job_states(recs, spec.sweep_dir)
         if not any(s.alive for s in states.values()):
             return
         time.sleep(1.0)

@@ -130,3 +130,39 @@ def test_the_waiter_looks_less_often_while_nothing_happens_and_at_once_after_new
     assert all(b >= a for a, b in zip(delays, delays[1:]))
     assert sum(delays[:20]) < 20 * 60 and len([x for x in delays if x < 60]) == 12  # 12 looks before the cap
     assert next_poll(60.0, True, 5.0, 60.0) == 5.0
+
+
+def test_ctrl_c_on_a_waiting_sweep_prints_one_line(store, tmp_path):
+    """Issue 45: Ctrl-C (SIGINT to the terminal's process group) on ``sweep --wait`` printed the sweep's one line
+    plus submitit's local controller's KeyboardInterrupt traceback (it shares the console); the controller's
+    output now goes to ``<sweep>/submitit/local_controller.log``."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from harness.uri import ROOT
+
+    root, uri = store
+    args = [str(SWEEPS / "tiny.yaml"), "launcher=local", "grid.estimator=[recompute]", "seeds=[0]", "trainer.steps=400",
+            *where(root, uri, "ctrl_c"), "--wait"]
+    proc = subprocess.Popen([sys.executable, "-m", "harness.sweep", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as from a terminal
+    try:
+        assert "submitted 1 runs" in proc.stdout.readline() + proc.stdout.readline()
+        time.sleep(4)  # the worker is up and training
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130
+    assert err.strip().startswith("sweep tiny: stopped waiting (Ctrl-C)") and len(err.strip().splitlines()) == 1, err
+    for _ in range(120):  # the workers (same process group) end too
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.5)

@@ -51,7 +51,7 @@ def test_four_runs_complete_and_are_in_mlflow(four_runs):
     db = JobsDB(spec.sweep_dir)
     job_ids = {db.runs[r.signature]["job_id"] for r in runs}
     assert len(job_ids) == 4 and len({j.split("_")[0] for j in job_ids}) == 1, "one job array of 4 tasks"
-    states = job_states(db.runs.values())
+    states = job_states(db.runs.values(), spec.sweep_dir)
     assert {states[j].state for j in job_ids} == {"COMPLETED"}, job_logs(spec)
 
     client = MlflowClient(tracking_uri=four_runs["uri"])

@@ -406,3 +406,44 @@ def test_the_demo_sweep_runs_every_registered_estimator():
 
     grid = yaml.safe_load((ROOT / "sweeps" / "demo.yaml").read_text())["grid"]["estimator"]
     assert sorted(grid) == sorted(NAMES)
+
+
+@pytest.mark.parametrize("text", ["- a\n- b\n", "just a string\n", "42\n"])
+@pytest.mark.parametrize("command", ["sweep", "tune"])
+def test_a_sweep_file_that_is_not_a_mapping_is_refused_with_overrides_too(tmp_path, capsys, text, command):
+    """Issue 45: on d747b32 a list or scalar sweep file plus any key=value override was a TypeError traceback."""
+    from harness.launch.sweep import main as sweep_main
+    from harness.launch.tune.cli import main as tune_main
+
+    p = tmp_path / "spec.yaml"
+    p.write_text(text)
+    run = sweep_main if command == "sweep" else tune_main
+    assert run([str(p), f"runs_dir={tmp_path / 'runs'}", "launcher=local"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {p}: expected a YAML mapping at the top level") and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_sweep_folder_that_cannot_be_written_is_one_line(tmp_path, capsys):
+    """Issue 45: on d747b32 a read-only sweep folder was an OSError traceback (here: a path through a file, which
+    root cannot write either)."""
+    from harness.launch.sweep import main as sweep_main
+
+    (tmp_path / "file").write_text("")
+    args = [str(SWEEPS / "tiny.yaml"), f"runs_dir={tmp_path / 'runs'}", f"sweep_dir={tmp_path / 'file' / 'sweep'}",
+            f"tracking_uri=sqlite:///{tmp_path}/s.db", "launcher=local"]
+    assert sweep_main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: sweep tiny: cannot write the sweep folder") and len(err.strip().splitlines()) == 1
+
+
+def test_a_study_folder_that_cannot_be_written_is_one_line(tmp_path, capsys):
+    """Issue 45: on d747b32 ``harness.tune`` with a read-only ``runs/sweeps/<study>`` was an OSError traceback."""
+    from harness.launch.tune.cli import main as tune_main
+
+    (tmp_path / "file").write_text("")
+    args = [str(SWEEPS / "tiny_tune.yaml"), f"runs_dir={tmp_path / 'runs'}", f"sweep_dir={tmp_path / 'file' / 'sweep'}",
+            f"tracking_uri=sqlite:///{tmp_path}/s.db", "launcher=local", "tune.n_trials=1"]
+    assert tune_main(args) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot write or read") and len(err.strip().splitlines()) == 1, err

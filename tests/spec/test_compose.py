@@ -34,3 +34,28 @@ def test_an_unquoted_unicode_value_gets_the_quote_hint():
         load(["tracking.experiment=héllo"])
     assert err.value.key == "tracking.experiment" and "quote it" in str(err.value)
     assert "\"tracking.experiment='héllo'\"" in str(err.value)
+
+
+@pytest.mark.parametrize("key, value", [
+    ("tracking.experiment", "it's"),  # d747b32 suggested 'it's', which fails again
+    ("tracking.uri", "sqlite:////tmp/x.db?mode=ro"),  # '=' in a value: no key, no hint on d747b32
+    ("tracking.experiment", "héllo"),
+    ("tracking.experiment", 'say "hi"'),
+])
+def test_the_quote_hint_is_a_shell_word_that_hydra_reads_back_as_the_value(key, value):
+    import re
+    import shlex
+
+    with pytest.raises(ConfigError) as err:
+        load([f"{key}={value}"])
+    assert err.value.key == key, str(err.value)
+    hint = re.search(r"quote it, (.*) on a shell command line", str(err.value)).group(1)
+    (word,) = shlex.split(hint)  # as the shell hands it to the program
+    cfg = load([word])
+    assert (cfg.tracking.experiment if key == "tracking.experiment" else cfg.tracking.uri) == value
+
+
+def test_the_quote_hint_never_echoes_a_password():
+    with pytest.raises(ConfigError) as err:
+        load(["tracking.uri=mysql://u@h/db?password=s3cret"])
+    assert "s3cret" not in str(err.value) and "quote it" in str(err.value)

@@ -81,3 +81,20 @@ def test_the_default_rate_leaves_every_signature_as_it_was():
     """router_noise_rate = 1 (dense) is the default: Dora's rule keeps it out of the signature."""
     assert load([]).signature == load(["inference.router_noise_rate=1.0"]).signature
     assert load([]).signature != load(["inference.router_noise_rate=0.5"]).signature
+
+
+@pytest.mark.parametrize("name, why", [
+    ("実" * 67, "201 bytes"),  # 67 characters: on d747b32 the limit counted characters, and 200 x 実 (600 bytes) failed
+    ("a\nb", "a new line"),   # at mkdir with "File name too long"; a quoted new line became a folder name
+    ("txt\u202eexe", "a bidirectional override"),
+    ("a\x1bb", "an escape character"),
+])
+def test_names_are_limited_in_bytes_and_hold_no_control_or_bidi_characters(name, why):
+    with pytest.raises(ConfigError) as err:
+        load([f"tracking.experiment='{name}'"])
+    assert err.value.key == "tracking.experiment" and "plain name" in str(err.value), why
+    assert "bytes in UTF-8" in str(err.value)
+
+
+def test_a_name_of_200_bytes_is_accepted():
+    assert load([f"tracking.experiment='{'é' * 100}'"]).tracking.experiment == "é" * 100

@@ -163,7 +163,8 @@ class _Loop:
         from tqdm import tqdm
 
         cfg, steps = self.records[0].cfg, self.records[0].cfg.trainer.steps
-        bar = tqdm(total=steps, initial=self.trainer.step, desc=cfg.estimator.name, disable=not progress,
+        # off a terminal (a log file, a pipe) no bar at all: tqdm's disable=None (its \r frames filled logs, issue 45)
+        bar = tqdm(total=steps, initial=self.trainer.step, desc=cfg.estimator.name, disable=None if progress else True,
                    dynamic_ncols=True, leave=False)
         try:
             with ExitStack() as loops:

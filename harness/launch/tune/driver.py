@@ -47,7 +47,7 @@ def wait_trials(spec: SweepSpec, tc: TuneConfig, study, slots: list[int], timeou
     while True:
         db = JobsDB(spec.sweep_dir)
         recs = [db.trials[str(s)] for s in slots if str(s) in db.trials]
-        states = job_states(recs)
+        states = job_states(recs, spec.sweep_dir)
         alive = [r for r in recs if states.get(str(r["job_id"])) and states[str(r["job_id"])].alive]
         for t in study.get_trials(deepcopy=False):
             if t.user_attrs.get("slot") in wanted and t.number not in seen and t.state.is_finished():
@@ -74,7 +74,7 @@ def mark_lost(spec: SweepSpec, study, slots: list[int]) -> None:
 
     db = JobsDB(spec.sweep_dir)
     recs = {int(s): r for s, r in db.trials.items()}
-    states = job_states(list(recs.values()))
+    states = job_states(list(recs.values()), spec.sweep_dir)
     none_alive = not any(st.alive for st in states.values())
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         slot = t.user_attrs.get("slot")
