@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import traceback
 from pathlib import Path
 from typing import Any, Callable
@@ -21,6 +22,7 @@ import submitit
 from submitit.helpers import Checkpointable, DelayedSubmission
 
 from harness import backends
+from harness import container
 from harness.launch.spec import SweepError
 
 
@@ -107,7 +109,16 @@ def slurm_parameters(spec) -> dict[str, Any]:
             params[k] = getattr(lc, k)
     if lc.additional:
         params["additional_parameters"] = {str(k).replace("_", "-"): v for k, v in lc.additional.items()}
+    args = container.srun_args(container.parse(lc.container))
+    if args:
+        params["srun_args"] = args
     return params
+
+
+def slurm_python(spec) -> str:
+    """The command that starts the job's python in each step: this interpreter, or the image's
+    (``launcher.container``, harness.launch.container)."""
+    return container.python_command(container.parse(spec.launcher.container), sys.executable)
 
 
 def slurm_available() -> tuple[bool, str]:
@@ -130,7 +141,7 @@ def submit(spec, tasks: list[Checkpointable], names: list[str] | None = None) ->
         if not ok:
             raise SubmissionError(why)
         try:
-            ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=lc.max_requeues)
+            ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=lc.max_requeues, python=slurm_python(spec))
             ex.update_parameters(**slurm_parameters(spec))
         except ValueError as exc:
             if isinstance(exc, SweepError):

@@ -34,6 +34,7 @@ from typing import Any, Optional
 from submitit.helpers import Checkpointable, DelayedSubmission
 
 from harness.backends.verl.config import validate
+from harness import container
 from harness.uri import ROOT
 from harness.spec import RunConfig
 
@@ -70,6 +71,7 @@ class SlurmResources:
     signal_before_s: int = 300  # USR1 this long before the time limit -> requeue
     setup: list[str] = field(default_factory=list)  # shell lines run first (module load, venv activation)
     extra_sbatch: list[str] = field(default_factory=list)  # e.g. ["--reservation=rl"]
+    container: dict = field(default_factory=dict)  # launcher.container: the steps run in the image
 
 
 def resources_from_launcher(launcher: Any) -> SlurmResources:
@@ -85,7 +87,7 @@ def resources_from_launcher(launcher: Any) -> SlurmResources:
                           mem="0" if mem_gb in (None, 0) else f"{int(mem_gb)}G",
                           exclusive=bool(additional.get("exclusive", True)),
                           signal_before_s=int(get("signal_delay_s", 300)), setup=list(get("setup") or []),
-                          extra_sbatch=extra)
+                          extra_sbatch=extra, container=dict(get("container") or {}))
 
 
 def job_name(cfg: RunConfig) -> str:
@@ -146,17 +148,23 @@ def sbatch_script(cfg: RunConfig, res: SlurmResources | None = None, python: str
     if res.exclusive:
         lines.append("#SBATCH --exclusive")
     lines += [f"#SBATCH {x}" for x in res.extra_sbatch]
-    node = [python or sys.executable, "-m", "harness.backends.verl.launch", "node", "--spec", str(spec)]
-    requeue = shlex.join([python or sys.executable, "-m", "harness.backends.verl.launch", "requeue", "--spec", str(spec)])
+    c = container.parse(res.container)
+    host_python = python or sys.executable
+    node = f"{container.python_command(c, host_python)} -m harness.backends.verl.launch node --spec {shlex.quote(str(spec))}"
+    requeue = (f"{container.one_off(c, host_python)} -m harness.backends.verl.launch requeue "
+               f"--spec {shlex.quote(str(spec))}")
+    srun = shlex.join(["srun", "--kill-on-bad-exit=1", f"--nodes={v.nnodes}", "--ntasks-per-node=1",
+                       *container.srun_args(c)])
     lines += ["set -euo pipefail",
-              f"cd {shlex.quote(str(ROOT))}",
+              # (in the image the harness is the image's: no cd into this machine's checkout)
+              *([] if c is not None else [f"cd {shlex.quote(str(ROOT))}"]),
               *res.setup,
               f"export {SIGNAL_ENV}={res.signal_before_s}",
               "# near the time limit: verl has saved early (its ESI hook, fed the end time); requeue once no save is",
               "# under way; the job resumes from verl's last checkpoint, same MLflow run",
               f'on_usr1() {{ {requeue} || scontrol requeue "$SLURM_JOB_ID"; }}',
               "trap on_usr1 USR1",
-              f"srun --kill-on-bad-exit=1 --nodes={v.nnodes} --ntasks-per-node=1 {shlex.join(node)} &",
+              f"{srun} {node} &",
               "wait $!"]
     return "\n".join(lines) + "\n"
 
