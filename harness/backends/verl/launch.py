@@ -35,6 +35,7 @@ from submitit.helpers import Checkpointable, DelayedSubmission
 
 from harness.backends.verl.config import validate
 from harness import container
+from harness.backends.verl.signals import run_shielded, write_speed_env
 from harness.uri import ROOT
 from harness.spec import RunConfig
 
@@ -380,8 +381,8 @@ def join_cluster(run_dir: Path, job: str, res: list[str], timeout_s: float | Non
         if head is not None:
             tries += 1
             try:
-                proc = subprocess.run(["ray", "start", f"--address={head['address']}", *res], capture_output=True,
-                                      text=True, timeout=max(60.0, min(300.0, deadline - clock())))
+                proc = run_shielded(["ray", "start", f"--address={head['address']}", *res], capture_output=True,
+                                    text=True, timeout=max(60.0, min(300.0, deadline - clock())))
                 if proc.returncode == 0:
                     print(f"[harness] joined the Ray head at {head['address']} (try {tries})", flush=True)
                     return head["address"]
@@ -450,6 +451,10 @@ def node_main(cfg: RunConfig, port: int | None = None) -> dict[str, Any]:
     from harness.backends.verl.runner import summary
 
     v = cfg.verl
+    if cfg.trainer.checkpoint_every > 0 and _node_rank() == 0:  # the head's verl saves: its budget, measured
+        from harness.backends.verl.translate import checkpoint_root
+
+        os.environ.update(write_speed_env(checkpoint_root(cfg)))
     esi = esi_environment(cfg)
     if esi:  # inherited by main_ppo (one node) or the raylets (several): verl's trainer reads it
         os.environ.update(esi)
@@ -472,8 +477,8 @@ def node_main(cfg: RunConfig, port: int | None = None) -> dict[str, Any]:
         address = f"{head_ip}:{port}"
         ok = False
         try:
-            subprocess.run(["ray", "start", "--head", f"--node-ip-address={head_ip}", f"--port={port}",
-                            "--include-dashboard=false", *res], check=True)
+            run_shielded(["ray", "start", "--head", f"--node-ip-address={head_ip}", f"--port={port}",
+                          "--include-dashboard=false", *res], check=True)  # the raylets ignore USR2 (signals.py)
             _write_marker(run_dir / HEAD_FILE, job=job, address=address, host=hosts[0])
             _wait_for_nodes(address, v.nnodes)
             os.environ["RAY_ADDRESS"] = address  # main_ppo's ray.init() joins this cluster

@@ -27,6 +27,7 @@ from harness.record import (SUMMARY_FILE, Identity, IdentityError, RunFolderErro
 from harness.tags import run_tags
 from harness.uri import scrub
 from harness.backends.verl.config import validate
+from harness.backends.verl.signals import run_shielded
 from harness.backends.verl.requirements import (PACKAGES_ALWAYS, PACKAGES_BY_STRATEGY, REQUIRED_VERSIONS,  # noqa: F401
                                                  importable, install_problems, verl_requirement_problems,
                                                  version_problems)
@@ -371,7 +372,7 @@ def train(cfg: RunConfig, tracker: "Tracker | None" = None, rerun: bool = False,
     print(f"[harness] MLflow run {tracker.run_id}; running: {shown(cfg, argv)}", flush=True)
     prune_checkpoints(cfg.run_dir, translate.checkpoint_root(cfg))  # what earlier attempts left beside the one verl resumes
     try:
-        proc = subprocess.run(argv, env={**os.environ, **env})
+        proc = run_shielded(argv, env={**os.environ, **env})  # USR2 ignored in verl's tree (signals.py)
     except BaseException as exc:  # an interrupt: the run ends KILLED (RunRecord.end), verl resumes it
         record.end(exc)
         raise

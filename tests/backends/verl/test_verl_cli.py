@@ -214,8 +214,10 @@ def test_train_runs_verl_with_our_mlflow_run_and_resumes_it(spec, tmp_path, monk
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
     monkeypatch.setenv("FAKE_STEPS", "1,2")
     monkeypatch.setenv("FAKE_EXIT", "1")  # preempted after step 2
+    monkeypatch.setenv("FAKE_SIGNALS_FILE", str(tmp_path / "usr2"))
     with pytest.raises(RuntimeError, match="verl exited with status 1"):
         train(cfg)
+    assert (tmp_path / "usr2").read_text() == "ignored"  # submitit's USR2 reaches the step: main_ppo ignores it
     run_id = (cfg.run_dir / runner.RUN_ID_FILE).read_text().strip()
     # the requeued job resumes the same MLflow run from verl's checkpoint (step 1): step 2 is replayed, not logged twice
     monkeypatch.setenv("FAKE_STEPS", "2,3")
