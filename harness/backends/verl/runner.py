@@ -158,11 +158,11 @@ class VerlRecord(RunRecord):
     run_id: str | None = None  # the folder's MLflow run, to resume
 
     def _archive(self, *names: str) -> None:
-        """The run folder's files (RunRecord), and the checkpoints kept outside it (``verl.checkpoint_dir``) with
+        """The run folder's files (RunRecord), and the checkpoints kept outside it (``verl.checkpoint_dir``, $SCRATCH) with
         them: a run set aside never resumes from its checkpoints."""
         super()._archive(*names)
         root = translate.checkpoint_root(self.cfg)
-        if translate.CHECKPOINT_DIR in names and self.cfg.verl.checkpoint_dir and root.exists():
+        if translate.CHECKPOINT_DIR in names and root != self.cfg.run_dir / translate.CHECKPOINT_DIR and root.exists():
             from harness.record import RunFolderError, _stamp
 
             try:
@@ -393,4 +393,10 @@ def train(cfg: RunConfig, tracker: "Tracker | None" = None, rerun: bool = False,
                            "again from verl's checkpoints: --rerun trains the run again from scratch")
     tracker.set_tags({"status": "finished"})
     tracker.finish("FINISHED")  # before summary.json names it as this folder's result
-    return record.write_summary()
+    result = record.write_summary()
+    from harness.backends.verl.retention import retain
+
+    # every step's metrics are in the store: keep of the checkpoints only what the spec asks for
+    print(f"[harness] {retain(translate.checkpoint_root(cfg), cfg.verl.keep_checkpoint, cfg.verl.strategy)}",
+          flush=True)
+    return result

@@ -222,7 +222,11 @@ def test_train_runs_verl_with_our_mlflow_run_and_resumes_it(spec, tmp_path, monk
     # the requeued job resumes the same MLflow run from verl's checkpoint (step 1): step 2 is replayed, not logged twice
     monkeypatch.setenv("FAKE_STEPS", "2,3")
     monkeypatch.setenv("FAKE_EXIT", "0")
+    root = translate.checkpoint_root(cfg)  # stand-ins of verl's saves (the fake writes none)
+    (root / "global_step_3").mkdir(parents=True)
+    (root / "latest_checkpointed_iteration.txt").write_text("3")
     train(cfg)
+    assert not root.exists()  # finished, metrics in the store: verl.keep_checkpoint=none deleted the checkpoints
     assert (cfg.run_dir / runner.RUN_ID_FILE).read_text().strip() == run_id
     client = MlflowClient(tracking_uri=cfg.tracking_uri)
     run = client.get_run(run_id)
