@@ -2,6 +2,8 @@
 anything is submitted, ``train`` fails early and clearly off a GPU node, Slurm pieces, data/reward."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pickle
 import shlex
 from pathlib import Path
@@ -198,6 +200,24 @@ def test_ablation_verl_sweep_validates():
     assert res.time_min == 1440 and res.cpus_per_node == 64 and res.mem == "0" and res.exclusive
     params = launch.slurm_parameters(runs[0].cfg, res)
     assert params["gpus_per_node"] == spec.launcher.gpus_per_node and params["nodes"] == spec.launcher.nodes
+
+
+def test_the_routing_sweep_logs_the_flip_rate_where_ablation_verl_cannot():
+    """sweeps/routing_verl.yaml (issue 44): ablation_verl's settings with one mini-batch and verl.routing_metrics on,
+    every run valid; the same flag on ablation_verl (4 mini-batches) is refused naming the key."""
+    from harness.launch import sweep
+    from harness.spec import ConfigError
+
+    runs = sweep.validate(sweep.load_spec(ROOT / "sweeps" / "routing_verl.yaml", []))
+    assert len(runs) == 15 and all(r.cfg.verl.routing_metrics and r.cfg.trainer.num_minibatches == 1 for r in runs)
+    for r in runs:
+        validate(r.cfg)
+    ablation = sweep.validate(sweep.load_spec(ROOT / "sweeps" / "ablation_verl.yaml", []))
+    tis = next(r.cfg for r in ablation if r.cfg.estimator.name == "tis")
+    with pytest.raises(ConfigError, match="verl.routing_metrics.*num_minibatches=1"):
+        validate(replace(tis, verl=replace(tis.verl, routing_metrics=True)))
+    same = {k for k in ("model", "task")}
+    assert all(getattr(runs[0].cfg, k) == getattr(tis, k) for k in same)
 
 
 def test_train_runs_verl_with_our_mlflow_run_and_resumes_it(spec, tmp_path, monkeypatch):
