@@ -290,11 +290,21 @@ def test_preflight_names_the_packages_of_the_chosen_path(spec, monkeypatch):
     assert "megatron" not in str(exc.value)
 
 
-def test_plan_prints_a_memory_estimate_for_both_presets(capsys):
+def test_plan_prints_a_memory_estimate_for_both_presets(capsys, spec):
     for model in ("qwen3_30b_a3b", "qwen3_4b", "qwen3_30b_a3b_fsdp"):
         rc, out, err = _run(capsys, "backend=verl", f"model={model}", *LLM, "--plan")
         assert rc == 0, err + out
         assert "update peak" in out and "rollout peak" in out and out.rstrip().splitlines()[-1].startswith(("fits", "note"))
+    # host memory per node (issue 44): the 30B preset on 2 nodes keeps its Adam states on the CPU (cpu_adam, ~183 GB)
+    # and offloads weights and gradients while vLLM runs (param_offload)
+    rc, out, err = _run(capsys, "backend=verl", "model=qwen3_30b_a3b", *LLM, "verl.nnodes=2", "--plan")
+    line = next(x for x in out.splitlines() if x.startswith("host memory per node"))
+    assert rc == 0 and "Adam states (cpu_adam) + weights and gradients (param_offload)" in line, out
+    from harness.backends.verl.memory import plan
+
+    p = plan(spec("estimator=tis", "model=qwen3_30b_a3b", "verl.nnodes=2"))
+    assert p.host_per_node == pytest.approx(8 * (p.optimizer_host + p.weights + p.grads), rel=1e-9)
+    assert 175 < 8 * p.optimizer_host < 190 and f"{p.host_per_node:8.1f} GB" in line
     # the 56d12ff preset (GPU Adam, no recompute) does not fit: exit status 1, the reason printed
     rc, out, _ = _run(capsys, "backend=verl", "model=qwen3_30b_a3b", *LLM, "verl.parallel.cpu_adam=false",
                       "verl.parallel.recompute=none", "--plan")
