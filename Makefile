@@ -127,11 +127,13 @@ verl-pass-variance:
 	$(PY) scripts/verl_pass_variance.py --model $(MODEL) --tp $(TP)
 
 # The container route (docs/verl.md, "Container route"): verl's pinned image + the harness, on a machine with docker
-# or apptainer and network; the build ends with the install check (runner.install_problems), exit 1 naming a gap.
+# or apptainer and network; the commit is baked in (BUILD_COMMIT: the image has no .git); the build ends with the
+# install check (harness/backends/verl/requirements.py), exit 1 naming a gap.
+HARNESS_COMMIT ?= $(shell git rev-parse HEAD)$(shell git diff --quiet HEAD || echo -dirty)
 verl-image:
-	docker build -f containers/Dockerfile -t moe-rl-harness:verl091 .
+	docker build -f containers/Dockerfile --build-arg HARNESS_COMMIT=$(HARNESS_COMMIT) -t moe-rl-harness:verl091 .
 verl-sif:
-	apptainer build moe-rl-harness.sif containers/harness.def
+	apptainer build --build-arg HARNESS_COMMIT=$(HARNESS_COMMIT) moe-rl-harness.sif containers/harness.def
 
 # issue 30 item 8: verl's FSDP2 engine with our plugins on a tiny random Qwen3-MoE, one process, no vLLM, no Ray
 # (docs/verl.md, "GPU engine check"); CUDA where available, else CPU (gloo). CHECK_ARGS: e.g. --out check.json

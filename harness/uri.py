@@ -7,6 +7,9 @@ A leaf module (standard library only): ``analysis`` imports it too.
 The home (:func:`home`, the one rule for where the harness writes): ``$MOE_RL_HOME`` if set, else the project root
 in a source checkout (a ``pyproject.toml`` of moe-rl-harness beside the package: the store, ``runs/`` and
 ``.cache/warmstart`` stay at the root, as always), else the current working directory (an installed wheel).
+Inside the container image (the copy that ``containers/install_in_image.sh`` marked with ``BUILD_COMMIT``) there is
+no default: the image's folder is read-only in a SIF and lost with a Docker container, so ``$MOE_RL_HOME`` must
+name a writable shared folder (:class:`~harness.errors.ConfigError` naming it otherwise: exit 2, nothing written).
 
 Credentials are accepted as MLflow accepts them: ``MLFLOW_TRACKING_USERNAME``/``MLFLOW_TRACKING_PASSWORD``
 (recommended: nothing secret in the URI) or userinfo in the URI (``http://user:pw@host:port``, which MLflow's
@@ -25,6 +28,8 @@ from urllib.parse import unquote
 ROOT = Path(__file__).resolve().parents[1]
 ENV = "MLFLOW_TRACKING_URI"
 HOME_ENV = "MOE_RL_HOME"
+#: written by the image build (containers/install_in_image.sh) into a copy without .git: the commit it was built from
+BUILD_COMMIT_FILE = "BUILD_COMMIT"
 USERNAME_ENV, PASSWORD_ENV = "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"
 
 #: scheme://userinfo@ : the userinfo runs up to the last '@' before the path, query or fragment (as urlsplit)
@@ -48,7 +53,19 @@ def home() -> Path:
     env = os.environ.get(HOME_ENV)
     if env:
         return Path(env).expanduser().resolve()
+    if in_image():
+        from harness.errors import ConfigError
+
+        raise ConfigError(HOME_ENV, f"not set, and the harness runs from the container image ({ROOT}, built from "
+                          f"{BUILD_COMMIT_FILE}): runs, the store and caches would land inside the image (read-only "
+                          "in a SIF, lost with a Docker container); set MOE_RL_HOME to a writable shared folder "
+                          "(docs/verl.md, \"Container route\")")
     return ROOT if is_checkout() else Path.cwd()
+
+
+def in_image(root: Path = ROOT) -> bool:
+    """Whether ``root`` is the image's copy of the project (``BUILD_COMMIT`` there, no ``.git``)."""
+    return (root / BUILD_COMMIT_FILE).is_file() and not (root / ".git").exists()
 
 
 def default_tracking_uri() -> str:

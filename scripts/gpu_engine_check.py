@@ -20,6 +20,13 @@ for cuda/npu only) and initialised for real (HF ``from_pretrained`` of a random 
                  < 1 after it
 * ``gmpo_rs_micro`` ``estimator=gmpo_rs``: the gradient of one mini-batch in 1 and in 4 micro-batches (verl's
                  ``forward_backward_batch``), max relative difference
+* ``step_<estimator>`` for each estimator whose loss runs on the FSDP engine (tis, mis, geo_rs, icepop, rais, gmpo_rs,
+                 mean_n, mean_n_tis; issue 44): the batch verl's trainer hands the actor (old log-probs recomputed by the
+                 engine, or mean_n's scores of n passes in bypass mode; verl's own rollout correction of the translated
+                 config against stand-in rollout log-probs with a known mismatch per sequence: IS weights, rejection),
+                 then one ``train_mini_batch`` of 2 mini-batches with the translated loss: loss and grad norm finite,
+                 grad norm > 0, weights moved; mis and geo_rs rejected some sequences, icepop zeroed the spiked token
+* ``router_replay_fsdp`` r2 and r3 on the FSDP preset are refused (verl 0.9.1's FSDP engine has no router replay)
 * ``save_reload`` verl's checkpoint manager: save, train a step, load; log-probs after the load bitwise equal
                  to those at the save, and Adam's state equal
 * ``memory``     peak memory (CUDA: ``max_memory_allocated``; CPU: the process's max RSS) beside
@@ -249,9 +256,11 @@ def training_worker(engine, loss_fn):
     return w
 
 
-def batch(vocab: int, seed: int = 1):
+def batch(vocab: int, seed: int = 1, response_mask=None, is_weights="tis"):
     """A batch as verl's trainer hands it to the actor: left_right_2_no_padding of a padded DataProto (left-
-    padded-free prompts of P tokens, right-padded responses of RESP_LENS tokens), with advantages and IS weights."""
+    padded-free prompts of P tokens, right-padded responses of RESP_LENS tokens), with advantages and IS weights
+    (random TIS-like weights, or ``is_weights`` [B, R], or none where None); ``response_mask`` replaces the mask
+    (verl's rejection sampling narrows it, the attention mask stays)."""
     import torch
     from verl.protocol import DataProto
     from verl.utils import tensordict_utils as tu
@@ -264,10 +273,13 @@ def batch(vocab: int, seed: int = 1):
     mask = attn[:, P:]
     adv = torch.randn(B, 1, generator=g).expand(B, R) * mask
     is_w = (0.5 + torch.rand(B, R, generator=g)) * mask  # TIS weights (rollout_is_weights), in [0.5, 1.5)
-    dp = DataProto.from_dict(tensors={
-        "prompts": ids[:, :P], "responses": ids[:, P:], "input_ids": ids, "attention_mask": attn,
-        "position_ids": (attn.cumsum(1) - 1).clamp(min=0), "response_mask": mask,
-        "advantages": adv.contiguous(), "rollout_is_weights": is_w})
+    tensors = {"prompts": ids[:, :P], "responses": ids[:, P:], "input_ids": ids, "attention_mask": attn,
+               "position_ids": (attn.cumsum(1) - 1).clamp(min=0),
+               "response_mask": mask if response_mask is None else response_mask.to(mask.dtype),
+               "advantages": adv.contiguous()}
+    if is_weights is not None:
+        tensors["rollout_is_weights"] = is_w if isinstance(is_weights, str) else is_weights.float()
+    dp = DataProto.from_dict(tensors=tensors)
     td = left_right_2_no_padding(dp.to_tensordict())
     tu.assign_non_tensor(td, temperature=1.0, use_remove_padding=True, calculate_entropy=False,
                          use_dynamic_bsz=False, micro_batch_size_per_gpu=2, max_token_len_per_gpu=4 * (P + R),
@@ -455,6 +467,126 @@ def check_gmpo_rs_micro(ctx: Ctx) -> tuple[bool, dict]:
     return ok, {"max_rel_grad_diff": rel, "tol": TOL["gmpo_rel"], "max_grad": scale, "pg_loss_sum": losses}
 
 
+#: the estimators whose loss runs on verl's FSDP engine, each through one training mini-batch (``step_<name>``)
+ENGINE_ESTIMATORS = ("tis", "mis", "geo_rs", "icepop", "rais", "gmpo_rs", "mean_n", "mean_n_tis")
+#: the rollout engine's log-probs, a stand-in (named: no vLLM here): the engine's own plus a known mismatch per
+#: sequence (0, 0.5 with one token at 2.0, 0.01, -0.8) so that rejection and masking act on some sequences, not all,
+#: and each of the two mini-batches keeps a sequence (a mini-batch that rejection empties has a 0/0 token-mean loss)
+MISMATCH = ((0.0, None), (0.5, (1, 2.0)), (0.01, None), (-0.8, None))
+
+
+def rollout_logprobs(old):
+    """``old`` [B, R] minus the per-sequence mismatch of ``MISMATCH`` (the rollout engine's log-probs)."""
+    import torch
+
+    delta = torch.zeros_like(old)
+    for b, (base, spike) in enumerate(MISMATCH):
+        delta[b] = base
+        if spike is not None:
+            delta[b, spike[0]] = spike[1]
+    return old - delta
+
+
+def mean_n_scores(ctx: Ctx, old, n: int):
+    """mean_n's old log-probs as its agent loop makes them (plugins/mean_n.mean_n_logprobs of n scoring passes per
+    response; the passes here: the rollout stand-in plus a small per-pass jitter, a stand-in for vLLM's prefills)."""
+    import torch
+
+    from harness.backends.verl.plugins.mean_n import mean_n_logprobs
+
+    g = torch.Generator().manual_seed(11)
+    out = torch.zeros_like(old)
+    for b, n_resp in enumerate(RESP_LENS):
+        passes = old[b, :n_resp] + 0.05 * torch.randn(n, n_resp, generator=g, dtype=old.dtype)
+        out[b, :n_resp] = torch.tensor(mean_n_logprobs(passes.double()), dtype=old.dtype, device=old.device)
+    return out
+
+
+def corrected_batch(ctx: Ctx, estimator: str):
+    """What verl's trainer hands the actor for ``estimator``: old log-probs (recomputed, or mean_n's scores in bypass
+    mode), verl's own rollout correction of the translated config (IS weights, rejection on the response mask), the
+    actor config (bypass mode turns the loss into verl's ``bypass_mode``) and the workers' env."""
+    import torch
+    from verl.protocol import DataProto
+    from verl.trainer.ppo.rollout_corr_helper import apply_bypass_mode, compute_rollout_correction_and_add_to_batch
+    from verl.utils.config import omega_conf_to_dataclass
+
+    from harness.backends.verl import translate
+
+    cfg = spec(estimator, ctx.model_dir)
+    vc = translate.verl_config(cfg, check=False)
+    env = {k: v for k, v in vc.ray_kwargs.ray_init.runtime_env.env_vars.items() if k.startswith("HARNESS_")}
+    old = engine_logprobs(ctx.engine, ctx.td)
+    rollout = rollout_logprobs(old)
+    if estimator.startswith("mean_n"):
+        rollout = mean_n_scores(ctx, rollout, int(cfg.estimator.n))
+    dp = DataProto.from_dict(tensors={"old_log_probs": old, "rollout_log_probs": rollout * ctx.mask,
+                                      "response_mask": ctx.mask.long()})
+    rc = vc.algorithm.get("rollout_correction")
+    if rc is not None and rc.get("bypass_mode", False):
+        apply_bypass_mode(dp, rc, vc.actor_rollout_ref.actor.policy_loss)
+    elif rc is not None:
+        dp, _ = compute_rollout_correction_and_add_to_batch(dp, rc)
+    weights = dp.batch["rollout_is_weights"] if "rollout_is_weights" in dp.batch.keys() else None
+    return dp, weights, omega_conf_to_dataclass(vc.actor_rollout_ref.actor), env
+
+
+def check_estimator_step(ctx: Ctx, estimator: str) -> tuple[bool, dict]:
+    """One ``train_mini_batch`` (2 mini-batches) of ``estimator``'s translated loss on the corrected batch: the loss and
+    grad norm finite, the grad norm > 0, the weights moved; rejection estimators kept some tokens, not all."""
+    import math
+
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.losses import ppo_loss
+
+    from harness.backends.verl.plugins import rais_fsdp
+
+    rais_fsdp.install()  # (acts only for rais/gmpo_rs: HARNESS_RAIS=1 in their env)
+    dp, weights, actor, env = corrected_batch(ctx, estimator)
+    mask = dp.batch["response_mask"]
+    td, _, _ = batch(ctx.vocab, response_mask=mask, is_weights=weights)
+    data = td.copy()
+    data["old_log_probs"] = dp.batch["old_log_probs"]
+    tu.assign_non_tensor(data, num_mini_batch=2, epochs=1, seed=0, global_batch_size=B // 2,
+                         dataloader_kwargs={"shuffle": False})
+    before = full_params(ctx.engine)
+    with worker_env(env):
+        out = training_worker(ctx.engine, partial(ppo_loss, config=actor)).train_mini_batch(data)
+    m = tu.get(out, "metrics")
+    after = full_params(ctx.engine)
+    moved = max(float((after[n] - before[n]).abs().max()) for n in before)
+    loss, gn = _values(m["loss"]), _values(m["grad_norm"])
+    kept, total = int(mask.sum()), int(ctx.mask.sum())
+    ok = all(math.isfinite(v) for v in loss + gn) and max(gn) > 0 and moved > 0 and kept > 0
+    if estimator in ("mis", "geo_rs"):  # sequence rejection: the mismatched sequences leave the mask
+        ok = ok and kept < total
+    if estimator == "icepop":  # the spiked token is outside the band: weight 0, kept in the mask
+        ok = ok and weights is not None and float(weights[1, 1]) == 0.0 and kept == total
+    info = {"loss_mode": actor.policy_loss.loss_mode, "tokens_kept": kept, "tokens": total, "step_loss": loss,
+            "grad_norm": gn, "max_weight_change": moved}
+    if weights is not None:
+        w = weights[mask.bool()]
+        info["is_weight_min_max"] = [float(w.min()), float(w.max())]
+    if "actor/rais_gamma_mean" in m:
+        info["rais_gamma_mean"] = _values(m["actor/rais_gamma_mean"])
+    return ok, info
+
+
+def check_router_replay_on_fsdp(ctx: Ctx) -> tuple[bool, dict]:
+    """r2 and r3 on the FSDP preset: verl 0.9.1's FSDP engine has no router replay (megatron and veomni only), so the
+    spec is refused (one ConfigError naming the megatron engine), never run as plain PPO."""
+    from harness.errors import ConfigError
+
+    info = {}
+    for name in ("r2", "r3"):
+        try:
+            spec(name, ctx.model_dir)
+            info[name] = "accepted"
+        except ConfigError as exc:
+            info[name] = f"refused: {exc}"
+    return all(v.startswith("refused") and "megatron" in v for v in info.values()), info
+
+
 def check_save_reload(ctx: Ctx) -> tuple[bool, dict]:
     """verl's checkpoint manager: save, train one step (the weights move), load: log-probs bitwise as saved."""
     import torch
@@ -511,7 +643,10 @@ def check_memory(ctx: Ctx) -> tuple[bool, dict]:
 
 
 CHECKS = [("logprob", check_logprob), ("tis_step", check_tis_step), ("rais_gamma", check_rais_gamma),
-          ("gmpo_rs_micro", check_gmpo_rs_micro), ("save_reload", check_save_reload), ("memory", check_memory)]
+          ("gmpo_rs_micro", check_gmpo_rs_micro),
+          *[(f"step_{e}", partial(check_estimator_step, estimator=e)) for e in ENGINE_ESTIMATORS],
+          ("router_replay_fsdp", check_router_replay_on_fsdp), ("save_reload", check_save_reload),
+          ("memory", check_memory)]
 
 
 # ---------------------------------------------------------------- main

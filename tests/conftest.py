@@ -1,4 +1,7 @@
+import importlib.util
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -24,3 +27,23 @@ def tiny_overrides(tmp_path):
         return [*TINY, f"trainer.steps={steps}", f"tracking.uri=sqlite:///{tmp_path}/mlruns.db",
                 "tracking.experiment=test", f"out_dir={tmp_path}/{name}", *extra]
     return make
+
+
+def _load_device_guard():
+    """tests/device_guard.py as the module ``device_guard`` (pytest runs with --import-mode=importlib)."""
+    if "device_guard" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("device_guard", Path(__file__).parent / "device_guard.py")
+        sys.modules["device_guard"] = mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    return sys.modules["device_guard"]
+
+
+_load_device_guard()  # (importable by name from here on: ``from device_guard import StrictDevice``)
+
+
+@pytest.fixture
+def strict_device():
+    """The test runs under ``device_guard.StrictDevice``: a tensor factory called without ``device=`` from
+    harness/estimators or harness/backends/verl fails (on a GPU it would make a CPU tensor beside CUDA ones)."""
+    with _load_device_guard().StrictDevice() as mode:
+        yield mode

@@ -82,3 +82,24 @@ def test_wheel_runs_from_an_empty_folder(tmp_path):
     assert rep.returncode == 0, rep.stderr[-3000:]
     assert (work / "figures" / "default" / "report.md").is_file()
     assert not list(env_dir.rglob("figures"))
+
+
+def test_the_image_copy_refuses_to_write_inside_itself_and_names_its_commit(tmp_path):
+    """The container image's copy (containers/install_in_image.sh wrote BUILD_COMMIT; no .git, issue 44): a run
+    without MOE_RL_HOME exits 2 naming it, before anything is written; git_commit is the baked commit."""
+    image = tmp_path / "opt-moe-rl-harness"
+    for src in ("harness", "experiments"):
+        shutil.copytree(ROOT / src, image / src, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(ROOT / "pyproject.toml", image / "pyproject.toml")
+    (image / "BUILD_COMMIT").write_text("0123abc\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("MOE_RL_HOME", "MLFLOW_TRACKING_URI", "PYTHONPATH")}
+    res = subprocess.run([sys.executable, "-m", "harness.run", *STEPS], capture_output=True, text=True, cwd=image,
+                         env=env, timeout=300)
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert res.stderr.startswith("error: MOE_RL_HOME: not set") and len(res.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in image.iterdir()) == ["BUILD_COMMIT", "experiments", "harness", "pyproject.toml"]
+    probe = ("from harness.provenance import git_commit; from harness.uri import home; "
+             "print(git_commit()); print(home())")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=image,
+                         env={**env, "MOE_RL_HOME": str(tmp_path / "shared")}, check=True).stdout.split()
+    assert out == ["0123abc", str((tmp_path / "shared").resolve())]

@@ -19,7 +19,8 @@ A sweep spec (``sweeps/*.yaml``)::
     sweep_dir: null                # jobs.json, submitit logs, Optuna journal (default <runs_dir>/sweeps/<name>)
     launcher: {name: slurm, partition: gpu, time_min: 120, cpus_per_task: 1, mem_gb: 4,
                gpus_per_node: 0, nodes: 1, array_parallelism: 16, checkpoint_every: 10,
-               additional: {qos: normal}, setup: ["module load cuda"]}
+               additional: {qos: normal}, setup: ["module load cuda"],
+               container: {runtime: apptainer, image: /shared/harness.sif, mounts: [/shared]}}  # optional
 
 Command-line overrides: ``launcher=slurm`` (the launcher's name), ``launcher.KEY=VALUE``, the
 top-level keys above (``experiment=x``, ``seeds=[0,1]``, ``runs_dir=/scratch/runs``), and any
@@ -34,6 +35,7 @@ from typing import Any, Optional
 
 import yaml
 
+from harness.container import ContainerError, parse as parse_container
 from harness.spec import ConfigError, safe_name
 from harness.overrides import OverrideValueError, hydra_value as _hydra_value
 from harness.uri import home, mlflow_uri
@@ -74,6 +76,7 @@ class LauncherConfig:
     additional: dict = field(default_factory=dict)  # any other sbatch parameter, e.g. {reservation: x}
     setup: list = field(default_factory=list)  # shell lines run before the job (module load ...)
     seeds_per_job: int = 1  # local backend: seeds of one spec trained together in one process (a seed pack)
+    container: dict = field(default_factory=dict)  # slurm: run the jobs in the image (harness.container)
 
 
 @dataclass
@@ -228,6 +231,13 @@ def _launcher_from(data: Any) -> LauncherConfig:
         lc.setup = [lc.setup]
     if not isinstance(lc.setup, list) or not all(isinstance(x, str) for x in lc.setup):
         raise SweepError(f"launcher.setup: expected a list of shell lines, got {lc.setup!r}", key="launcher.setup")
+    try:
+        parse_container(lc.container)
+    except ContainerError as exc:
+        raise SweepError(str(exc), key=exc.key) from None
+    if lc.container and lc.name != "slurm":
+        raise SweepError("launcher.container: runs jobs in the image through Slurm's srun; use launcher=slurm",
+                         key="launcher.container")
     if lc.name == "local" and lc.nodes > 1:
         raise SweepError("launcher.nodes: the local launcher runs on one machine; use launcher=slurm for nodes > 1",
                          key="launcher.nodes")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,6 +24,7 @@ from submitit.helpers import Checkpointable, DelayedSubmission
 
 from harness import backends
 from harness.launch.outcome import Reported
+from harness import container
 from harness.launch.spec import SweepError
 
 
@@ -109,7 +111,16 @@ def slurm_parameters(spec) -> dict[str, Any]:
             params[k] = getattr(lc, k)
     if lc.additional:
         params["additional_parameters"] = {str(k).replace("_", "-"): v for k, v in lc.additional.items()}
+    args = container.srun_args(container.parse(lc.container))
+    if args:
+        params["srun_args"] = args
     return params
+
+
+def slurm_python(spec) -> str:
+    """The command that starts the job's python in each step: this interpreter, or the image's
+    (``launcher.container``, harness.launch.container)."""
+    return container.python_command(container.parse(spec.launcher.container), sys.executable)
 
 
 def slurm_available() -> tuple[bool, str]:
@@ -133,7 +144,7 @@ def submit(spec, tasks: list[Checkpointable], names: list[str] | None = None) ->
         if not ok:
             raise SubmissionError(why)
         try:
-            ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=lc.max_requeues)
+            ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=lc.max_requeues, python=slurm_python(spec))
             ex.update_parameters(**slurm_parameters(spec))
         except ValueError as exc:
             if isinstance(exc, SweepError):

@@ -3,7 +3,8 @@
 Every rule lives in this one table, applied to the spec as a plain mapping (``signature(spec, defaults)``):
 
 1. **Not identity** (``NON_IDENTITY``): where and how a run is executed or logged (``tracking``, ``launcher``,
-   ``out_dir``) and where it can resume (``trainer.checkpoint_every``).
+   ``out_dir``) and where it can resume (``trainer.checkpoint_every``), what a finished run keeps
+   (``verl.keep_checkpoint``).
 2. **Read only when another key says so** (``READ_WHEN``): ``inference.kl_gain`` is read by KL-held runs
    (``inference.kl_target`` > 0) only.
 3. **A backend's own section** (``harness.backends.sections``: verl's ``verl``) is read only by that backend's runs.
@@ -26,7 +27,7 @@ from typing import Any, Callable, Mapping
 from harness import backends
 
 #: keys that describe where/how a run is executed, logged or resumed, not what it computes (section or dotted key)
-NON_IDENTITY = ("tracking", "launcher", "out_dir", "trainer.checkpoint_every")
+NON_IDENTITY = ("tracking", "launcher", "out_dir", "trainer.checkpoint_every", "verl.keep_checkpoint")
 #: a key read only when a predicate of the spec holds (else it does not enter)
 READ_WHEN: dict[str, Callable[[Mapping[str, Any]], bool]] = {
     "inference.kl_gain": lambda spec: (spec.get("inference") or {}).get("kl_target", 0.0) > 0,

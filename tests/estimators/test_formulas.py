@@ -10,6 +10,9 @@ from harness.estimators import NAMES, PolicyForward, build
 from harness.estimators.mean_n import log_mean_prob
 from harness.estimators.rais import rais_ratio, router_shift_gamma
 
+# the loss code runs under device_guard.StrictDevice: a tensor made on the default device fails (issue 44)
+pytestmark = pytest.mark.usefixtures("strict_device")
+
 ROOT = Path(__file__).resolve().parents[2]
 
 L = torch.log

@@ -16,6 +16,9 @@ from harness.estimators import OldPolicy, PolicyForward, build
 from harness.estimators.rais import router_shift_gamma
 from harness.run import execute
 
+# the loss code runs under device_guard.StrictDevice: a tensor made on the default device fails (issue 44)
+pytestmark = pytest.mark.usefixtures("strict_device")
+
 B, R, NL, E, K = 6, 5, 2, 4, 2
 
 

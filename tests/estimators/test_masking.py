@@ -11,6 +11,9 @@ from harness.backends.local.agg import agg_loss
 from harness.spec import EstimatorConfig
 from harness.estimators import PolicyForward, build
 
+# the loss code runs under device_guard.StrictDevice: a tensor made on the default device fails (issue 44)
+pytestmark = pytest.mark.usefixtures("strict_device")
+
 L = torch.log
 T = torch.tensor
 M = T([[1.0, 1.0, 0.0, 0.0], [1.0, 0.0, 1.0, 1.0]])  # row 0: a call then padding; row 1: observation at t=1

@@ -7,6 +7,9 @@ from harness.estimators.icepop import icepop_weights
 from harness.estimators.mis import mis_weights
 from harness.estimators.tis import tis_weights
 
+# the loss code runs under device_guard.StrictDevice: a tensor made on the default device fails (issue 44)
+pytestmark = pytest.mark.usefixtures("strict_device")
+
 rch = pytest.importorskip("verl.trainer.ppo.rollout_corr_helper", reason="verl is not installed")
 
 

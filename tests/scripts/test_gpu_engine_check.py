@@ -2,7 +2,9 @@
 
 The script runs as ``make gpu-engine-check`` would on a GPU machine (``torchrun --nproc_per_node=1``), here with
 ``--device cpu`` (a gloo group; the CPU stand-ins the script names) and ``--stub-ray`` (the GPU machine has no ray, fastapi,
-uvicorn: verl's import-time imports of them get stubs). Every check must say ``ok``: none is skipped on CPU. A second
+uvicorn: verl's import-time imports of them get stubs). Every check must say ``ok``: none is skipped on CPU. The run is
+under ``tests/device_guard.StrictDevice`` (issue 44): a tensor the harness's verl plugins or estimators make on the
+default device fails it on the CPU, as it would crash on a GPU (rais's CPU index in a CUDA gather did). A second
 run breaks gmpo_rs's global-batch normalisation (issue 30, item 4) and must see the check fail.
 """
 from __future__ import annotations
@@ -20,7 +22,17 @@ pytest.importorskip("verl", reason="verl==0.9.1 (the tests extra) runs the engin
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gpu_engine_check.py"
-CHECKS = ["logprob", "tis_step", "rais_gamma", "gmpo_rs_micro", "save_reload", "memory"]
+ENGINE_ESTIMATORS = ["tis", "mis", "geo_rs", "icepop", "rais", "gmpo_rs", "mean_n", "mean_n_tis"]
+CHECKS = ["logprob", "tis_step", "rais_gamma", "gmpo_rs_micro", *[f"step_{e}" for e in ENGINE_ESTIMATORS],
+          "router_replay_fsdp", "save_reload", "memory"]
+STRICT = """
+import sys, runpy
+sys.argv = ["gpu_engine_check.py", *sys.argv[1:]]
+sys.path.insert(0, "tests")
+from device_guard import StrictDevice
+with StrictDevice():  # a tensor factory without device= in harness/estimators or harness/backends/verl fails
+    runpy.run_path("scripts/gpu_engine_check.py", run_name="__main__")
+"""
 
 
 def _run(args: list[str], tmp: Path, prelude: str | None = None) -> tuple[subprocess.CompletedProcess, dict]:
@@ -42,7 +54,7 @@ def _lines(stdout: str) -> dict[str, str]:
 
 
 def test_every_check_passes_on_cpu_under_torchrun(tmp_path):
-    proc, res = _run([], tmp_path)
+    proc, res = _run([], tmp_path, prelude=STRICT)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert _lines(proc.stdout) == {c: "ok" for c in CHECKS}
     assert res["device"] == "cpu" and res["stubbed"] == ["ray", "fastapi", "uvicorn"]
@@ -60,6 +72,15 @@ def test_every_check_passes_on_cpu_under_torchrun(tmp_path):
     assert by["save_reload"]["max_change_by_the_step_in_between"] > 0  # the reload undid a real change
     assert by["memory"]["engine_params"] == by["memory"]["plan_params"]  # --plan counts the engine's parameters
     assert by["memory"]["measured_max_rss_gb"] > 0
+    steps = {e: by[f"step_{e}"] for e in ENGINE_ESTIMATORS}  # one training mini-batch per FSDP loss path
+    assert {e: s["loss_mode"] for e, s in steps.items()} == {
+        "tis": "vanilla", "mis": "vanilla", "geo_rs": "vanilla", "icepop": "vanilla", "rais": "harness_rais",
+        "gmpo_rs": "harness_gmpo_rs", "mean_n": "bypass_mode", "mean_n_tis": "vanilla"}
+    assert all(min(s["grad_norm"]) > 0 and s["max_weight_change"] > 0 for s in steps.values())
+    assert steps["mis"]["tokens_kept"] < steps["mis"]["tokens"] and steps["geo_rs"]["tokens_kept"] < 30  # rejection
+    assert steps["icepop"]["is_weight_min_max"][0] == 0.0 and steps["tis"]["is_weight_min_max"][1] <= 2.0
+    assert steps["rais"]["rais_gamma_mean"][-1] < 1 and steps["gmpo_rs"]["rais_gamma_mean"][-1] < 1
+    assert by["router_replay_fsdp"]["r2"].startswith("refused") and by["router_replay_fsdp"]["r3"].startswith("refused")
 
 
 BROKEN_GMPO = """

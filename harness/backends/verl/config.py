@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 STRATEGIES = ("fsdp", "fsdp2", "megatron")
 ROLLOUT_ENGINES = ("vllm",)
+KEEP_CHECKPOINT = ("none", "hf", "last")  # verl.keep_checkpoint (retention.py)
 #: verl 0.9.1 has two trainers (``trainer.use_v1``): the legacy ``ray_trainer.RayPPOTrainer`` and the
 #: V1 TransferQueue trainer (its default). Only the legacy one is supported: under V1 the token-mean
 #: denominator keeps the tokens that rejection sampling masked (``loss_mask`` is stored once at
@@ -118,8 +119,13 @@ class VerlConfig:
     tools: Optional[str] = None
     #: where verl's checkpoints go: an absolute folder (a shared filesystem with room for them, e.g. a scratch
     #: space: a Qwen3-30B-A3B checkpoint with Adam states is ~400 GB); each run writes
-    #: ``<checkpoint_dir>/<experiment>/<signature>``. null = ``<run_dir>/verl_checkpoints`` (the project folder)
+    #: ``<checkpoint_dir>/<experiment>/<signature>``. null = ``$SCRATCH/moe-rl-harness/verl_checkpoints`` where the
+    #: job's environment sets an absolute ``$SCRATCH``, else ``<run_dir>/verl_checkpoints`` (translate.checkpoint_root)
     checkpoint_dir: Optional[str] = None
+    #: what a finished run keeps of its checkpoints once its last metrics are in the store (retention.py): ``none``
+    #: (all deleted), ``hf`` (the last one as Hugging Face weights, ``<checkpoint root>/hf_model``, verl's
+    #: model_merger), ``last`` (verl's last checkpoint, resumable). Not identity (harness.spec.identity)
+    keep_checkpoint: str = "none"
     #: ``moe/routing_flip_rate`` on verl (megatron, MoE, a decoupled estimator without R3, one update per step):
     #: vLLM returns its routes, Megatron records its own in the old-log-prob pass (``router_replay.mode=R2``, which
     #: replays them in the update) and ``plugins/routing.py`` compares them. docs/verl.md, "Routing agreement"
@@ -171,7 +177,9 @@ def _engine(cfg: "RunConfig") -> None:
              f"must be >= 1, got {p.recompute_num_layers}")
     _require(v.checkpoint_dir is None or (isinstance(v.checkpoint_dir, str) and Path(v.checkpoint_dir).is_absolute()),
              "verl.checkpoint_dir", f"must be an absolute folder (e.g. verl.checkpoint_dir=/scratch/$USER/ckpt) "
-             f"or null (<run_dir>/verl_checkpoints), got {v.checkpoint_dir!r}")
+             f"or null ($SCRATCH/moe-rl-harness/verl_checkpoints, else <run_dir>/verl_checkpoints), got "
+             f"{v.checkpoint_dir!r}")
+    _one_of(v.keep_checkpoint, KEEP_CHECKPOINT, "verl.keep_checkpoint")
     _require(v.gpu_memory_gb > 0, "verl.gpu_memory_gb", f"must be > 0, got {v.gpu_memory_gb}")
     _one_of(v.rollout, ROLLOUT_ENGINES, "verl.rollout")
 

@@ -34,6 +34,8 @@ from typing import Any, Optional
 from submitit.helpers import Checkpointable, DelayedSubmission
 
 from harness.backends.verl.config import validate
+from harness import container
+from harness.backends.verl.signals import run_shielded, write_speed_env
 from harness.uri import ROOT
 from harness.spec import RunConfig
 
@@ -70,6 +72,7 @@ class SlurmResources:
     signal_before_s: int = 300  # USR1 this long before the time limit -> requeue
     setup: list[str] = field(default_factory=list)  # shell lines run first (module load, venv activation)
     extra_sbatch: list[str] = field(default_factory=list)  # e.g. ["--reservation=rl"]
+    container: dict = field(default_factory=dict)  # launcher.container: the steps run in the image
 
 
 def resources_from_launcher(launcher: Any) -> SlurmResources:
@@ -85,7 +88,7 @@ def resources_from_launcher(launcher: Any) -> SlurmResources:
                           mem="0" if mem_gb in (None, 0) else f"{int(mem_gb)}G",
                           exclusive=bool(additional.get("exclusive", True)),
                           signal_before_s=int(get("signal_delay_s", 300)), setup=list(get("setup") or []),
-                          extra_sbatch=extra)
+                          extra_sbatch=extra, container=dict(get("container") or {}))
 
 
 def job_name(cfg: RunConfig) -> str:
@@ -146,17 +149,23 @@ def sbatch_script(cfg: RunConfig, res: SlurmResources | None = None, python: str
     if res.exclusive:
         lines.append("#SBATCH --exclusive")
     lines += [f"#SBATCH {x}" for x in res.extra_sbatch]
-    node = [python or sys.executable, "-m", "harness.backends.verl.launch", "node", "--spec", str(spec)]
-    requeue = shlex.join([python or sys.executable, "-m", "harness.backends.verl.launch", "requeue", "--spec", str(spec)])
+    c = container.parse(res.container)
+    host_python = python or sys.executable
+    node = f"{container.python_command(c, host_python)} -m harness.backends.verl.launch node --spec {shlex.quote(str(spec))}"
+    requeue = (f"{container.one_off(c, host_python)} -m harness.backends.verl.launch requeue "
+               f"--spec {shlex.quote(str(spec))}")
+    srun = shlex.join(["srun", "--kill-on-bad-exit=1", f"--nodes={v.nnodes}", "--ntasks-per-node=1",
+                       *container.srun_args(c)])
     lines += ["set -euo pipefail",
-              f"cd {shlex.quote(str(ROOT))}",
+              # (in the image the harness is the image's: no cd into this machine's checkout)
+              *([] if c is not None else [f"cd {shlex.quote(str(ROOT))}"]),
               *res.setup,
               f"export {SIGNAL_ENV}={res.signal_before_s}",
               "# near the time limit: verl has saved early (its ESI hook, fed the end time); requeue once no save is",
               "# under way; the job resumes from verl's last checkpoint, same MLflow run",
               f'on_usr1() {{ {requeue} || scontrol requeue "$SLURM_JOB_ID"; }}',
               "trap on_usr1 USR1",
-              f"srun --kill-on-bad-exit=1 --nodes={v.nnodes} --ntasks-per-node=1 {shlex.join(node)} &",
+              f"{srun} {node} &",
               "wait $!"]
     return "\n".join(lines) + "\n"
 
@@ -372,8 +381,8 @@ def join_cluster(run_dir: Path, job: str, res: list[str], timeout_s: float | Non
         if head is not None:
             tries += 1
             try:
-                proc = subprocess.run(["ray", "start", f"--address={head['address']}", *res], capture_output=True,
-                                      text=True, timeout=max(60.0, min(300.0, deadline - clock())))
+                proc = run_shielded(["ray", "start", f"--address={head['address']}", *res], capture_output=True,
+                                    text=True, timeout=max(60.0, min(300.0, deadline - clock())))
                 if proc.returncode == 0:
                     print(f"[harness] joined the Ray head at {head['address']} (try {tries})", flush=True)
                     return head["address"]
@@ -442,6 +451,10 @@ def node_main(cfg: RunConfig, port: int | None = None) -> dict[str, Any]:
     from harness.backends.verl.runner import summary
 
     v = cfg.verl
+    if cfg.trainer.checkpoint_every > 0 and _node_rank() == 0:  # the head's verl saves: its budget, measured
+        from harness.backends.verl.translate import checkpoint_root
+
+        os.environ.update(write_speed_env(checkpoint_root(cfg)))
     esi = esi_environment(cfg)
     if esi:  # inherited by main_ppo (one node) or the raylets (several): verl's trainer reads it
         os.environ.update(esi)
@@ -464,8 +477,8 @@ def node_main(cfg: RunConfig, port: int | None = None) -> dict[str, Any]:
         address = f"{head_ip}:{port}"
         ok = False
         try:
-            subprocess.run(["ray", "start", "--head", f"--node-ip-address={head_ip}", f"--port={port}",
-                            "--include-dashboard=false", *res], check=True)
+            run_shielded(["ray", "start", "--head", f"--node-ip-address={head_ip}", f"--port={port}",
+                          "--include-dashboard=false", *res], check=True)  # the raylets ignore USR2 (signals.py)
             _write_marker(run_dir / HEAD_FILE, job=job, address=address, host=hosts[0])
             _wait_for_nodes(address, v.nnodes)
             os.environ["RAY_ADDRESS"] = address  # main_ppo's ray.init() joins this cluster

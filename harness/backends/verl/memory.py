@@ -92,6 +92,9 @@ class Plan:
     overhead: float = OVERHEAD_GB
     gpu_memory_gb: float = 80.0
     notes: list = field(default_factory=list)
+    host_per_node: float = 0.0  # GB of training state in host memory per node (host_memory)
+    optimizer_host: float = 0.0  # GB per GPU of optimizer states kept in host memory (cpu_adam / optimizer_offload)
+    host_parts: str = "nothing offloaded"
 
     @property
     def update_peak(self) -> float:
@@ -122,6 +125,8 @@ class Plan:
         out = [f"# per-GPU memory plan: {self.params_total / 1e9:.2f}B parameters, {self.layout}",
                "# estimate from the architecture (harness/backends/verl/memory.py), not a measurement"]
         out += [f"{name:<40} {gb:8.1f} GB" for name, gb in rows]
+        out.append(f"{'host memory per node':<40} {self.host_per_node:8.1f} GB ({self.host_parts}; plus Ray, vLLM and "
+                   "the Python processes themselves, not estimated)")
         verdict = "fits" if self.fits else "DOES NOT FIT"
         out.append(f"{verdict}: both peaks must stay under {self.budget:.1f} GB "
                    f"({1 - MARGIN:.0%} of {self.gpu_memory_gb:g} GB)")
@@ -237,10 +242,32 @@ def plan(cfg: "RunConfig") -> Plan:
             weights = grads = opt_gpu = residue = 0.0
             notes.append(f"host memory per node: ~{16 * c.total / GB * v.gpus_per_node / n:.0f} GB of "
                          "fp32 weights, grads and Adam states (CPUOffloadPolicy)")
+    host, parts = host_memory(v.gpus_per_node, weights, grads, optimizer, p, v.strategy, 16 * c.total / n)
     layout += f", {s} tokens per micro batch"
     notes.append(f"checkpoint (weights + Adam): ~{checkpoint_gb(cfg):.0f} GB; the early save before the Slurm time "
                  f"limit gets {save_budget_s(cfg):.0f} s ({write_gbps():g} GB/s; HARNESS_CKPT_WRITE_GBPS sets it)")
     return Plan(params_total=c.total, layout=layout, weights=weights / GB, grads=grads / GB, optimizer=opt_gpu / GB,
                 optimizer_cpu=p.cpu_adam, activations=act / GB, logits=logits / GB,
                 fsdp_gathered=gathered / GB, rollout_vllm=p.gpu_memory_utilization * v.gpu_memory_gb,
-                rollout_residue=residue / GB, gpu_memory_gb=v.gpu_memory_gb, notes=notes)
+                rollout_residue=residue / GB, gpu_memory_gb=v.gpu_memory_gb, notes=notes, host_per_node=host / GB,
+                host_parts=parts,
+                optimizer_host=(optimizer / GB if v.strategy == "megatron" and (p.cpu_adam or p.optimizer_offload)
+                                else 0.0))
+
+
+def host_memory(gpus_per_node: int, weights: float, grads: float, optimizer: float, p, strategy: str,
+                fsdp_cpu_state: float) -> tuple[float, str]:
+    """Bytes of training state in one node's host memory, and what it is: each GPU's optimizer states where they
+    live on the CPU (``cpu_adam``: megatron's HybridDeviceOptimizer, 12 B/param sharded like the GPU's would be;
+    FSDP2's CPUOffloadPolicy, all 16 B/param of the shard) or are offloaded while vLLM runs
+    (``optimizer_offload``), and its weights and gradients where ``param_offload`` moves them, times the node's GPUs."""
+    per_gpu, parts = 0.0, []
+    if strategy != "megatron" and p.cpu_adam:
+        return gpus_per_node * fsdp_cpu_state, "fp32 weights, grads and Adam states (FSDP2 CPUOffloadPolicy)"
+    if p.cpu_adam or p.optimizer_offload:
+        per_gpu += optimizer
+        parts.append("Adam states (cpu_adam)" if p.cpu_adam else "optimizer states (optimizer_offload)")
+    if p.param_offload:
+        per_gpu += weights + grads
+        parts.append("weights and gradients (param_offload)")
+    return gpus_per_node * per_gpu, " + ".join(parts) or "nothing offloaded"

@@ -27,6 +27,10 @@ from harness.record import (SUMMARY_FILE, Identity, IdentityError, RunFolderErro
 from harness.tags import run_tags
 from harness.uri import scrub
 from harness.backends.verl.config import validate
+from harness.backends.verl.signals import run_shielded
+from harness.backends.verl.requirements import (PACKAGES_ALWAYS, PACKAGES_BY_STRATEGY, REQUIRED_VERSIONS,  # noqa: F401
+                                                 importable, install_problems, verl_requirement_problems,
+                                                 version_problems)
 
 if TYPE_CHECKING:  # pragma: no cover
     from harness.tracking import Tracker
@@ -53,119 +57,9 @@ def command(cfg: RunConfig) -> list[str]:
     return translate.command(cfg)
 
 
-#: packages the chosen verl path imports on the GPU nodes: (module, distribution, why). The legacy
-#: trainer (``trainer.use_v1=false``, the only one we run) needs no TransferQueue; ``pip install
-#: -e .[cluster]`` (pyproject.toml) installs all of them with the versions verl 0.9.1 pins.
-#: (vLLM itself is imported, not just found: a broken CUDA install fails at import)
-PACKAGES_ALWAYS = (("ray", "ray", "verl's single controller"),)
-PACKAGES_BY_STRATEGY = {
-    "megatron": (("megatron.core", "megatron-core", "the megatron engine"),
-                 ("mbridge", "mbridge", "verl's HF <-> megatron weight bridge (use_mbridge)"),
-                 ("megatron.bridge", "megatron-bridge", "verl's megatron model providers"),
-                 ("transformer_engine", "transformer-engine", "megatron's fused layers")),
-    "fsdp": (("flash_attn", "flash-attn", "attn_implementation=flash_attention_2 (verl's default)"),),
-    "fsdp2": (("flash_attn", "flash-attn", "attn_implementation=flash_attention_2 (verl's default)"),),
-}
-
-
-#: distributions whose version the harness is built against (docs/verl.md, "Container route"): (distribution,
-#: version, why). Compared on the release (2.11.0+cu130 is 2.11.0): verl's config keys, trainer steps and loss
-#: signatures (translate.py, plugins/) are 0.9.1's; vLLM's prompt-logprob layout and AsyncLLM are 0.24.0's (verl 0.9.1
-#: pins it); torch is the one vLLM 0.24.0's compiled extensions are built for.
-REQUIRED_VERSIONS = (("verl", "0.9.1", "translate.py and plugins/ target its config and code"),
-                     ("vllm", "0.24.0", "what verl 0.9.1 pins"),
-                     ("torch", "2.11.0", "what vLLM 0.24.0's compiled extensions are built for"))
-
-
-def version_problems() -> list[str]:
-    """``<dist> <found> is installed, the harness needs <dist>==<want> (why)`` for every distribution of
-    ``REQUIRED_VERSIONS`` present at another release (an absent one is named by the package checks)."""
-    from importlib import metadata
-
-    from packaging.version import InvalidVersion, Version
-
-    out = []
-    for dist, want, why in REQUIRED_VERSIONS:
-        try:
-            found = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-        try:
-            same = Version(found).release == Version(want).release
-        except InvalidVersion:
-            same = False
-        if not same:
-            out.append(f"{dist} {found} is installed, the harness needs {dist}=={want} ({why})")
-    return out + verl_requirement_problems()
-
-
-def verl_requirement_problems() -> list[str]:
-    """``<dist> <found> is installed, verl <v> requires <dist><specifier>`` for every unconditional requirement of
-    the installed verl (its own Requires-Dist) that an installed distribution does not meet: an image, or an
-    install with ``--no-deps``, can carry e.g. a transformers newer than verl 0.9.1 allows (< 5.11). An absent
-    distribution is left to the package checks."""
-    from importlib import metadata
-
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        verl, requires = metadata.version("verl"), metadata.requires("verl") or []
-    except metadata.PackageNotFoundError:
-        return []
-    out = []
-    for line in requires:
-        try:
-            req = Requirement(line)
-        except InvalidRequirement:
-            continue
-        if req.marker is not None or not req.specifier:  # an extra's, or any version
-            continue
-        try:
-            found = metadata.version(req.name)
-        except metadata.PackageNotFoundError:
-            continue
-        try:
-            ok = req.specifier.contains(Version(found), prereleases=True)
-        except InvalidVersion:
-            ok = False
-        if not ok:
-            out.append(f"{req.name} {found} is installed, verl {verl} requires {req.name}{req.specifier}")
-    return out
-
-
-def install_problems() -> list[str]:
-    """What an install for the cluster lacks (``containers/install_in_image.sh`` ends with it): every distribution
-    of ``REQUIRED_VERSIONS`` present at its release, and every package of every strategy's path importable (the
-    image serves both strategies). Empty when the install is complete; needs no GPU."""
-    from importlib import metadata
-
-    out = []
-    for dist, want, why in REQUIRED_VERSIONS:
-        try:
-            metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out.append(f"{dist} is not installed, the harness needs {dist}=={want} ({why})")
-    out += version_problems()
-    packages = {module: (dist, why) for module, dist, why in
-                (*PACKAGES_ALWAYS, *(p for ps in PACKAGES_BY_STRATEGY.values() for p in ps))}
-    return out + [f"{dist} is not importable (module {module}: {why})" for module, (dist, why) in packages.items()
-                  if not importable(module)]
-
-
 def required_packages(cfg: RunConfig) -> list[tuple[str, str, str]]:
     """(module, distribution, why) of every package the spec's verl path imports (not vLLM's own deps)."""
     return [*PACKAGES_ALWAYS, *PACKAGES_BY_STRATEGY[cfg.verl.strategy]]
-
-
-def importable(module: str) -> bool:
-    """Whether ``module`` can be found (not imported: a CUDA package's import may need a GPU)."""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):  # a parent package missing
-        return False
 
 
 def missing_packages(cfg: RunConfig) -> list[str]:
@@ -264,11 +158,11 @@ class VerlRecord(RunRecord):
     run_id: str | None = None  # the folder's MLflow run, to resume
 
     def _archive(self, *names: str) -> None:
-        """The run folder's files (RunRecord), and the checkpoints kept outside it (``verl.checkpoint_dir``) with
+        """The run folder's files (RunRecord), and the checkpoints kept outside it (``verl.checkpoint_dir``, $SCRATCH) with
         them: a run set aside never resumes from its checkpoints."""
         super()._archive(*names)
         root = translate.checkpoint_root(self.cfg)
-        if translate.CHECKPOINT_DIR in names and self.cfg.verl.checkpoint_dir and root.exists():
+        if translate.CHECKPOINT_DIR in names and root != self.cfg.run_dir / translate.CHECKPOINT_DIR and root.exists():
             from harness.record import RunFolderError, _stamp
 
             try:
@@ -478,7 +372,7 @@ def train(cfg: RunConfig, tracker: "Tracker | None" = None, rerun: bool = False,
     print(f"[harness] MLflow run {tracker.run_id}; running: {shown(cfg, argv)}", flush=True)
     prune_checkpoints(cfg.run_dir, translate.checkpoint_root(cfg))  # what earlier attempts left beside the one verl resumes
     try:
-        proc = subprocess.run(argv, env={**os.environ, **env})
+        proc = run_shielded(argv, env={**os.environ, **env})  # USR2 ignored in verl's tree (signals.py)
     except BaseException as exc:  # an interrupt: the run ends KILLED (RunRecord.end), verl resumes it
         record.end(exc)
         raise
@@ -499,4 +393,10 @@ def train(cfg: RunConfig, tracker: "Tracker | None" = None, rerun: bool = False,
                            "again from verl's checkpoints: --rerun trains the run again from scratch")
     tracker.set_tags({"status": "finished"})
     tracker.finish("FINISHED")  # before summary.json names it as this folder's result
-    return record.write_summary()
+    result = record.write_summary()
+    from harness.backends.verl.retention import retain
+
+    # every step's metrics are in the store: keep of the checkpoints only what the spec asks for
+    print(f"[harness] {retain(translate.checkpoint_root(cfg), cfg.verl.keep_checkpoint, cfg.verl.strategy)}",
+          flush=True)
+    return result

@@ -22,6 +22,7 @@ and in Ray's ``runtime_env``.
 from __future__ import annotations
 
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -46,11 +47,20 @@ CHECKPOINT_DIR = "verl_checkpoints"
 MOE_ROUTER_DTYPE = ("moe_router_dtype", "fp32")
 
 
-def checkpoint_root(cfg: RunConfig) -> Path:
-    """verl's ``trainer.default_local_dir``: ``<verl.checkpoint_dir>/<experiment>/<signature>`` when set (a folder
-    outside the project, e.g. on a scratch filesystem), else ``<run_dir>/verl_checkpoints``."""
+SCRATCH_ENV = "SCRATCH"  # the cluster's scratch filesystem (shared by the nodes, not backed up), where sites set it
+SCRATCH_SUBDIR = "moe-rl-harness/verl_checkpoints"
+
+
+def checkpoint_root(cfg: RunConfig, env: dict | None = None) -> Path:
+    """verl's ``trainer.default_local_dir``: ``<verl.checkpoint_dir>/<experiment>/<signature>`` when set; null:
+    ``$SCRATCH/moe-rl-harness/verl_checkpoints/<experiment>/<signature>`` where ``$SCRATCH`` is an absolute path,
+    else ``<run_dir>/verl_checkpoints``. ``$TMPDIR`` is never the default: it is node-local and often emptied at the
+    job's end, so a requeued job (on other nodes) could not resume (docs/verl.md, "Checkpoints and the time limit")."""
     if cfg.verl.checkpoint_dir:
         return Path(cfg.verl.checkpoint_dir) / cfg.tracking.experiment / cfg.signature
+    scratch = (os.environ if env is None else env).get(SCRATCH_ENV, "")
+    if scratch and os.path.isabs(scratch):
+        return Path(scratch) / SCRATCH_SUBDIR / cfg.tracking.experiment / cfg.signature
     return cfg.run_dir / CHECKPOINT_DIR
 
 

@@ -6,8 +6,13 @@ FAKE_STEPS (env) lists the steps to log, e.g. "1,2" (default: 1 .. trainer.total
 (a crash in verl's teardown: its MLflow run is already ended FINISHED).
 """
 import os
+import signal
 import sys
 from pathlib import Path
+
+if os.environ.get("FAKE_SIGNALS_FILE"):  # how main_ppo was started: USR2 ignored (issue 44, runner -> signals.py)
+    Path(os.environ["FAKE_SIGNALS_FILE"]).write_text(
+        "ignored" if signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN else "default")
 
 import verl  # imports our plugins through VERL_USE_EXTERNAL_MODULES, as in every verl process
 from hydra import compose, initialize_config_dir

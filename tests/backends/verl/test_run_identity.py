@@ -278,8 +278,9 @@ def test_a_finished_run_with_fewer_logged_steps_than_planned_is_not_finished(spe
 def test_superseded_checkpoints_are_deleted_across_requeues(spec, tmp_path, fake_verl, monkeypatch):
     """verl keeps max_actor_ckpt_to_keep=1 only among its own process's saves: a requeued job leaves the checkpoint
     it resumed from. train() deletes every global_step_* folder but the one verl's tracker names, before verl
-    starts (what earlier attempts left) and after it exits (the one it resumed from); without a tracker, nothing."""
-    cfg = spec("estimator=tis", "model=qwen3_30b_a3b", tmp=tmp_path)
+    starts (what earlier attempts left) and after it exits (the one it resumed from); without a tracker, nothing.
+    (verl.keep_checkpoint=last: the finished run keeps its last one, test_verl_retention.py has the others.)"""
+    cfg = spec("estimator=tis", "model=qwen3_30b_a3b", "verl.keep_checkpoint=last", tmp=tmp_path)
     ckpt = cfg.run_dir / translate.CHECKPOINT_DIR
     for step in (20, 40, 60):
         (ckpt / f"global_step_{step}" / "actor").mkdir(parents=True)

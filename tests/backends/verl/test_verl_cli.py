@@ -2,6 +2,8 @@
 anything is submitted, ``train`` fails early and clearly off a GPU node, Slurm pieces, data/reward."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pickle
 import shlex
 from pathlib import Path
@@ -200,6 +202,24 @@ def test_ablation_verl_sweep_validates():
     assert params["gpus_per_node"] == spec.launcher.gpus_per_node and params["nodes"] == spec.launcher.nodes
 
 
+def test_the_routing_sweep_logs_the_flip_rate_where_ablation_verl_cannot():
+    """sweeps/routing_verl.yaml (issue 44): ablation_verl's settings with one mini-batch and verl.routing_metrics on,
+    every run valid; the same flag on ablation_verl (4 mini-batches) is refused naming the key."""
+    from harness.launch import sweep
+    from harness.spec import ConfigError
+
+    runs = sweep.validate(sweep.load_spec(ROOT / "sweeps" / "routing_verl.yaml", []))
+    assert len(runs) == 15 and all(r.cfg.verl.routing_metrics and r.cfg.trainer.num_minibatches == 1 for r in runs)
+    for r in runs:
+        validate(r.cfg)
+    ablation = sweep.validate(sweep.load_spec(ROOT / "sweeps" / "ablation_verl.yaml", []))
+    tis = next(r.cfg for r in ablation if r.cfg.estimator.name == "tis")
+    with pytest.raises(ConfigError, match="verl.routing_metrics.*num_minibatches=1"):
+        validate(replace(tis, verl=replace(tis.verl, routing_metrics=True)))
+    same = {k for k in ("model", "task")}
+    assert all(getattr(runs[0].cfg, k) == getattr(tis, k) for k in same)
+
+
 def test_train_runs_verl_with_our_mlflow_run_and_resumes_it(spec, tmp_path, monkeypatch):
     """train() end to end with verl's entry point replaced by FAKE main_ppo (tests/backends/verl/
     fake_main_ppo.py: verl's composition, validation and MLflow Tracking, no Ray/vLLM/GPU)."""
@@ -214,13 +234,19 @@ def test_train_runs_verl_with_our_mlflow_run_and_resumes_it(spec, tmp_path, monk
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
     monkeypatch.setenv("FAKE_STEPS", "1,2")
     monkeypatch.setenv("FAKE_EXIT", "1")  # preempted after step 2
+    monkeypatch.setenv("FAKE_SIGNALS_FILE", str(tmp_path / "usr2"))
     with pytest.raises(RuntimeError, match="verl exited with status 1"):
         train(cfg)
+    assert (tmp_path / "usr2").read_text() == "ignored"  # submitit's USR2 reaches the step: main_ppo ignores it
     run_id = (cfg.run_dir / runner.RUN_ID_FILE).read_text().strip()
     # the requeued job resumes the same MLflow run from verl's checkpoint (step 1): step 2 is replayed, not logged twice
     monkeypatch.setenv("FAKE_STEPS", "2,3")
     monkeypatch.setenv("FAKE_EXIT", "0")
+    root = translate.checkpoint_root(cfg)  # stand-ins of verl's saves (the fake writes none)
+    (root / "global_step_3").mkdir(parents=True)
+    (root / "latest_checkpointed_iteration.txt").write_text("3")
     train(cfg)
+    assert not root.exists()  # finished, metrics in the store: verl.keep_checkpoint=none deleted the checkpoints
     assert (cfg.run_dir / runner.RUN_ID_FILE).read_text().strip() == run_id
     client = MlflowClient(tracking_uri=cfg.tracking_uri)
     run = client.get_run(run_id)
@@ -264,11 +290,21 @@ def test_preflight_names_the_packages_of_the_chosen_path(spec, monkeypatch):
     assert "megatron" not in str(exc.value)
 
 
-def test_plan_prints_a_memory_estimate_for_both_presets(capsys):
+def test_plan_prints_a_memory_estimate_for_both_presets(capsys, spec):
     for model in ("qwen3_30b_a3b", "qwen3_4b", "qwen3_30b_a3b_fsdp"):
         rc, out, err = _run(capsys, "backend=verl", f"model={model}", *LLM, "--plan")
         assert rc == 0, err + out
         assert "update peak" in out and "rollout peak" in out and out.rstrip().splitlines()[-1].startswith(("fits", "note"))
+    # host memory per node (issue 44): the 30B preset on 2 nodes keeps its Adam states on the CPU (cpu_adam, ~183 GB)
+    # and offloads weights and gradients while vLLM runs (param_offload)
+    rc, out, err = _run(capsys, "backend=verl", "model=qwen3_30b_a3b", *LLM, "verl.nnodes=2", "--plan")
+    line = next(x for x in out.splitlines() if x.startswith("host memory per node"))
+    assert rc == 0 and "Adam states (cpu_adam) + weights and gradients (param_offload)" in line, out
+    from harness.backends.verl.memory import plan
+
+    p = plan(spec("estimator=tis", "model=qwen3_30b_a3b", "verl.nnodes=2"))
+    assert p.host_per_node == pytest.approx(8 * (p.optimizer_host + p.weights + p.grads), rel=1e-9)
+    assert 175 < 8 * p.optimizer_host < 190 and f"{p.host_per_node:8.1f} GB" in line
     # the 56d12ff preset (GPU Adam, no recompute) does not fit: exit status 1, the reason printed
     rc, out, _ = _run(capsys, "backend=verl", "model=qwen3_30b_a3b", *LLM, "verl.parallel.cpu_adam=false",
                       "verl.parallel.recompute=none", "--plan")

@@ -33,7 +33,7 @@ def _copied(kind: str) -> set[str]:
     if kind == "docker":
         lines = re.findall(r"^COPY (.+)$", (CONTAINERS / "Dockerfile").read_text(), re.M)
         return {src for line in lines for src in line.split()[:-1]}
-    files = (CONTAINERS / "harness.def").read_text().split("%files", 1)[1].split("%post", 1)[0]
+    files = (CONTAINERS / "harness.def").read_text().split("%files", 1)[1].split("%", 1)[0]
     return {line.split()[0] for line in files.splitlines() if line.strip()}
 
 
@@ -58,67 +58,196 @@ def test_both_container_definitions_build_on_the_documented_pinned_image():
     assert all((ROOT / src).exists() for src in docker), sorted(s for s in docker if not (ROOT / s).exists())
 
 
-FAKE_PY = """#!/usr/bin/env bash
-# pip is faked (every call logged, `pip list` answers $FAKE_LIST); everything else is the real interpreter
-if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then
-  shift 2
-  printf '%s\\n' "$*" >> "$PIP_LOG"
-  prev=""
-  for a in "$@"; do [ "$prev" = "-c" ] && cp "$a" "$PIP_LOG.constraints"; prev=$a; done
-  [ "$1" = "list" ] && cat "$FAKE_LIST"
-  exit 0
-fi
-exec {real} "$@"
-"""
+# ---------------------------------------------------------------- the image install, with the real pip (issue 44)
+# The "image" is a venv holding FAKE distributions (tiny wheels built here: metadata and an empty module, no code of
+# the real projects) with verlai/verl:vllm024.dev2's known inconsistencies: nvidia-nccl-cu13 2.29.7 above torch
+# 2.11.0's ==2.28.9 pin (verl's Dockerfile upgrades it --no-deps), hydra-core 1.3.2 (older than the harness's pin),
+# transformers 5.3.0 (below verl 0.9.1's >= 5.5.3). The "index" is a folder of FAKE wheels that pip reads with
+# --no-index --find-links: no network. pip, setuptools (the editable build) and the script are real.
+IMAGE_DISTS = {  # name: (version, requirements, modules)
+    "torch": ("2.11.0", ["nvidia-nccl-cu13==2.28.9"], ["torch"]),
+    "nvidia-nccl-cu13": ("2.29.7", [], ["nvidia_nccl_fake"]),
+    "vllm": ("0.24.0", ["torch==2.11.0", "transformers>=5.5.3"], ["vllm"]),
+    "flash-attn": ("2.8.3", ["torch"], ["flash_attn"]),
+    "megatron-core": ("0.18.0", ["torch"], ["megatron.core"]),
+    "megatron-bridge": ("0.5.0", ["megatron-core"], ["megatron.bridge"]),
+    "mbridge": ("0.15.1", [], ["mbridge"]),
+    "transformer-engine": ("2.16.1", [], ["transformer_engine"]),
+    "ray": ("2.60.0", [], ["ray"]),
+    "transformers": ("5.3.0", ["huggingface-hub>=1.3,<2"], ["transformers"]),
+    "huggingface-hub": ("1.4.0", [], ["huggingface_hub"]),
+    "hydra-core": ("1.3.2", ["omegaconf>=2.2,<2.4", "antlr4-python3-runtime==4.9.*"], ["hydra"]),
+    "omegaconf": ("2.3.0", ["antlr4-python3-runtime==4.9.*"], ["omegaconf"]),
+    "antlr4-python3-runtime": ("4.9.3", [], ["antlr4"]),
+    "numpy": ("2.2.6", [], ["numpy"]), "pandas": ("2.3.3", ["numpy>=1.26"], ["pandas"]),
+    "scipy": ("1.16.3", ["numpy>=1.25"], ["scipy"]), "matplotlib": ("3.10.7", ["numpy>=1.23"], ["matplotlib"]),
+    "mlflow": ("3.5.1", [], ["mlflow"]), "optuna": ("4.5.0", [], ["optuna"]), "tqdm": ("4.67.1", [], ["tqdm"]),
+    "filelock": ("3.20.0", [], ["filelock"]),
+}
+VERL_REQUIRES = ["codetiming", "torch", "transformers!=5.6.0,<5.11,>=5.5.3", "hydra-core", "numpy>=2.0.0",
+                 "tensordict!=0.9.0,<=0.10.0,>=0.8.0", "ray>=2.41", 'vllm==0.24.0; extra == "vllm"']
+INDEX_DISTS = {  # what the package index offers (older and newer releases beside the ones that fit)
+    "verl": [("0.9.1", VERL_REQUIRES, ["verl"])],
+    "transformers": [("5.9.0", ["huggingface-hub>=1.5,<2", "tokenizers>=0.22,<=0.23"], ["transformers"]),
+                     ("5.10.4", ["huggingface-hub>=1.5,<2", "tokenizers>=0.22,<=0.23"], ["transformers"])],
+    "huggingface-hub": [("1.6.0", [], ["huggingface_hub"])], "tokenizers": [("0.22.2", [], ["tokenizers"])],
+    "tensordict": [("0.10.0", ["torch", "orjson"], ["tensordict"])], "orjson": [("3.13.0", [], ["orjson"])],
+    "codetiming": [("1.4.0", [], ["codetiming"])],
+    "hydra-core": [("1.3.8", ["omegaconf>=2.2,<2.4", "antlr4-python3-runtime==4.9.*"], ["hydra"])],
+    "submitit": [("1.5.3", ["cloudpickle>=1.2.1"], ["submitit"])], "cloudpickle": [("3.1.1", [], ["cloudpickle"])],
+    "ruptures": [("1.1.10", ["numpy", "scipy"], ["ruptures"])],
+    "seaborn": [("0.13.2", ["numpy>=1.20", "pandas>=1.2", "matplotlib>=3.4"], ["seaborn"])],
+    # what a resolver would "repair" the image with (the script must never ask for them)
+    "nvidia-nccl-cu13": [("2.28.9", [], ["nvidia_nccl_fake"])], "torch": [("2.11.0", ["nvidia-nccl-cu13==2.28.9"],
+                                                                            ["torch"])],
+}
 
 
-def _install(tmp_path: Path, image: list[str]) -> tuple[subprocess.CompletedProcess, list[list[str]], str]:
-    fake = tmp_path / "python"
-    fake.write_text(FAKE_PY.replace("{real}", shlex.quote(sys.executable)))
-    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    (tmp_path / "list.txt").write_text("".join(f"{line}\n" for line in image))
-    log = tmp_path / "pip.log"
-    env = {**os.environ, "PYTHON": str(fake), "PIP_LOG": str(log), "FAKE_LIST": str(tmp_path / "list.txt")}
-    env.pop("PYTHONPATH", None)  # the check imports the harness from the project root (the script's cwd)
-    res = subprocess.run(["bash", str(CONTAINERS / "install_in_image.sh")], capture_output=True, text=True,
-                         env=env, timeout=300)
-    calls = [line.split() for line in log.read_text().splitlines()] if log.exists() else []
-    pins = (tmp_path / "pip.log.constraints").read_text() if (tmp_path / "pip.log.constraints").exists() else ""
-    return res, calls, pins
+def _fake_wheel(folder: Path, name: str, version: str, requires: list[str], modules: list[str]) -> Path:
+    """A FAKE distribution as a wheel: METADATA (name, version, Requires-Dist) and empty top-level modules."""
+    import zipfile
+
+    dist = re.sub(r"[-_.]+", "_", name)
+    info = f"{dist}-{version}.dist-info"
+    files = {}
+    for module in modules:
+        parts = module.split(".")
+        for i in range(1, len(parts) + 1):
+            files["/".join(parts[:i]) + "/__init__.py"] = "FAKE = True  # a stand-in built by test_verl_install.py\n"
+    files[f"{info}/METADATA"] = (f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                                 f"Summary: FAKE {name} for the image install test\n"
+                                 + "".join(f"Requires-Dist: {r}\n" for r in requires))
+    files[f"{info}/WHEEL"] = "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    files[f"{info}/RECORD"] = "".join(f"{p},,\n" for p in files) + f"{info}/RECORD,,\n"
+    path = folder / f"{dist}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for p, text in files.items():
+            z.writestr(p, text)
+    return path
 
 
-IMAGE_LIST = ["torch==2.11.0+cu130", "vllm==0.24.0", "numpy==2.2.6", "transformers==5.5.3", "verl==0.6.0"]
+def _repacked_wheel(folder: Path, name: str) -> Path:
+    """The REAL installed distribution ``name`` of this venv (setuptools: the image's build backend) as a wheel."""
+    import zipfile
+    from importlib import metadata
+
+    d = metadata.distribution(name)
+    path = folder / f"{name}-{d.version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for f in d.files:
+            src = Path(d.locate_file(f))
+            if src.is_file() and "__pycache__" not in f.parts and not str(f).startswith(".."):
+                z.write(src, str(f))
+    return path
 
 
-def test_install_in_image_pins_the_image_and_installs_only_what_pip_may(tmp_path):
-    """The image's versions are frozen first (verl aside) and constrain every install; verl 0.9.1 replaces the
-    image's other release; the harness goes in with --no-deps, then its dependencies except torch; the last step is
-    the install check, which on a machine without the image's stack (CI: torch 2.13 CPU, no vLLM, no Megatron) fails
-    naming each gap."""
-    import tomllib
+def _image(tmp: Path, index_without: tuple[str, ...] = ()) -> tuple[Path, Path, Path]:
+    """(the fake image's python, the index folder, the project copy): a venv (pip copied from this one, as the
+    image's own), the FAKE image distributions installed --no-deps (so the image's inconsistencies are real), the
+    project's files as containers/Dockerfile copies them (no .git)."""
+    import shutil
 
-    res, calls, pins = _install(tmp_path, IMAGE_LIST)
-    assert [c[0] for c in calls] == ["list", "install", "install", "install"], calls
-    assert "--format=freeze" in calls[0] and "--exclude-editable" in calls[0]
-    verl, harness, deps = calls[1], calls[2], calls[3]
-    assert verl[-1] == "verl==0.9.1" and "-c" in verl and "--no-deps" not in verl
-    assert harness[-2:] == ["-e", "."] and "--no-deps" in harness
-    want = [d for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-            if not d.startswith("torch")]
-    assert deps[deps.index("-c") + 2:] == want and len(want) >= 10  # pyproject's dependencies but torch
-    assert pins.split() == [p for p in IMAGE_LIST if not p.startswith("verl==")]  # verl is not held back
-    from harness.backends.verl.runner import install_problems
+    import pip
 
-    here = install_problems()  # CI's CPU venv: torch 2.13, no vLLM, no Megatron stack
-    assert res.returncode == (1 if here else 0), res.stdout + res.stderr
-    assert all(f"[install_in_image] {p}" in res.stderr for p in here), res.stderr
+    venv = tmp / "image"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    py = venv / "bin" / "python"
+    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    here = Path(pip.__file__).resolve().parent
+    shutil.copytree(here, site / "pip")
+    from importlib import metadata
+
+    shutil.copytree(Path(metadata.distribution("pip")._path), site / Path(metadata.distribution("pip")._path).name)
+    image_whl, index = tmp / "image_wheels", tmp / "index"
+    image_whl.mkdir()
+    index.mkdir()
+    for name, (version, requires, modules) in IMAGE_DISTS.items():
+        _fake_wheel(image_whl, name, version, requires, modules)
+    _repacked_wheel(image_whl, "setuptools")
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--disable-pip-version-check",
+                    *map(str, image_whl.iterdir())], check=True, timeout=300)
+    for name, releases in INDEX_DISTS.items():
+        if name not in index_without:
+            for version, requires, modules in releases:
+                _fake_wheel(index, name, version, requires, modules)
+    project = tmp / "opt-moe-rl-harness"
+    project.mkdir()
+    for src in sorted(_copied("docker")):
+        (shutil.copytree if (ROOT / src).is_dir() else shutil.copy2)(
+            ROOT / src, project / src, **({"ignore": shutil.ignore_patterns("__pycache__")} if (ROOT / src).is_dir()
+                                          else {}))
+    return py, index, project
 
 
-def test_install_in_image_keeps_the_images_verl_when_it_is_0_9_1(tmp_path):
-    res, calls, _ = _install(tmp_path, [*IMAGE_LIST[:-1], "verl==0.9.1"])
-    assert [c[0] for c in calls] == ["list", "install", "install"], calls
-    assert not any("verl==0.9.1" in c for c in calls)
-    assert "its verl: 0.9.1" in res.stdout
+def _run_install(py: Path, index: Path, project: Path, **env) -> subprocess.CompletedProcess:
+    full = {**{k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON"))}, "PYTHON": str(py),
+            "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(index), **env}
+    return subprocess.run(["bash", str(project / "containers" / "install_in_image.sh")], capture_output=True,
+                          text=True, env=full, timeout=600)
+
+
+def _versions(py: Path) -> dict[str, str]:
+    out = subprocess.run([str(py), "-m", "pip", "list", "--format=freeze", "--disable-pip-version-check"],
+                         capture_output=True, text=True, check=True).stdout
+    return {line.split("==")[0].lower(): line.split("==")[1] for line in out.splitlines() if "==" in line}
+
+
+def test_install_in_image_builds_on_the_images_inconsistencies_with_the_real_pip(tmp_path):
+    """verl and what is missing go in --no-deps, one at a time; the image's NCCL (above torch's pin) and torch stay;
+    transformers 5.3.0 becomes the pinned 5.9.0 (not the index's newest, 5.10.4), hydra-core the harness's 1.3.8;
+    pip check's NCCL line is on the allow-list; the commit is baked in; the install check passes."""
+    py, index, project = _image(tmp_path)
+    before = _versions(py)
+    res = _run_install(py, index, project, HARNESS_COMMIT="0123abc")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    after = _versions(py)
+    assert after["verl"] == "0.9.1" and after["transformers"] == "5.9.0" and after["hydra-core"] == "1.3.8"
+    assert after["huggingface-hub"] == "1.6.0"  # transformers 5.9.0's requirement, followed
+    assert {after[n] for n in ("codetiming", "tensordict", "orjson", "tokenizers", "submitit", "cloudpickle",
+                               "ruptures", "seaborn")} and after["moe-rl-harness"]
+    untouched = ("torch", "nvidia-nccl-cu13", "vllm", "flash-attn", "megatron-core", "numpy", "omegaconf", "mlflow")
+    assert {n: after[n] for n in untouched} == {n: before[n] for n in untouched}
+    assert after["nvidia-nccl-cu13"] == "2.29.7"  # verl's override kept (pip's resolver would "repair" it)
+    assert "torch 2.11.0 has requirement nvidia-nccl-cu13==2.28.9" in res.stdout  # reported, allowed
+    assert (project / "BUILD_COMMIT").read_text().strip() == "0123abc"
+    assert "[install_in_image] installing transformers==5.9.0" in res.stdout
+
+
+def test_install_in_image_fails_naming_a_requirement_the_index_lacks(tmp_path):
+    py, index, project = _image(tmp_path, index_without=("codetiming",))
+    res = _run_install(py, index, project, HARNESS_COMMIT="0123abc")
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "[install_in_image] cannot install codetiming: codetiming (verl 0.9.1: not installed)" in res.stderr
+    assert not (project / "BUILD_COMMIT").exists()
+
+
+def test_install_in_image_refuses_a_copy_without_git_and_without_a_commit(tmp_path):
+    import shutil
+
+    project = tmp_path / "p"
+    shutil.copytree(CONTAINERS, project / "containers")
+    log = tmp_path / "called"
+    fake = tmp_path / "python"  # any pip call would be logged: none may happen
+    fake.write_text(f"#!/usr/bin/env bash\n[ \"$1\" = -m ] && echo \"$*\" >> {log}\nexec {sys.executable} \"$@\"\n")
+    fake.chmod(0o755)
+    res = subprocess.run(["bash", str(project / "containers" / "install_in_image.sh")], capture_output=True, text=True,
+                         env={**os.environ, "PYTHON": str(fake), "HARNESS_COMMIT": ""}, timeout=60)
+    assert res.returncode == 2 and "HARNESS_COMMIT is not set" in res.stderr and "--build-arg" in res.stderr
+    assert not log.exists()
+
+
+def test_pip_checks_lines_pass_only_when_allowed():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("image_deps", CONTAINERS / "image_deps.py")
+    deps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(deps)
+    nccl = "torch 2.11.0 has requirement nvidia-nccl-cu13==2.28.9, but you have nvidia-nccl-cu13 2.29.7."
+    other = "vllm 0.24.0 has requirement transformers>=5.5.3, but you have transformers 5.3.0."
+    gone = "mbridge 0.15.1 requires megatron-core, which is not installed."
+    assert deps.check(nccl) == [] and deps.check("No broken requirements found.") == []
+    assert deps.check("\n".join([nccl, other, gone])) == [other, gone]
 
 
 def test_install_problems_is_empty_for_a_complete_image_and_names_each_gap(monkeypatch):

@@ -23,9 +23,10 @@ from harness.uri import ROOT
 #: FAKE of Ray's CLI: the cluster is files in $FAKE_RAY_STATE. ``start --head`` records the head's address, whose
 #: GCS answers $FAKE_RAY_HEAD_DELAY_S later; ``start --address=A`` joins (file worker-<node>) only if A is the
 #: head's and its GCS answers, else exits 1 as Ray does ("Unable to connect to GCS"); ``health-check`` likewise;
-#: ``stop`` removes this node ($FAKE_RAY_NODE). Every call is appended to calls.log.
+#: ``stop`` removes this node ($FAKE_RAY_NODE). Every call is appended to calls.log, with its USR2 disposition (the
+#: raylets it stands for inherit it: issue 44, signals.py).
 FAKE_RAY = r'''
-import json, os, sys, time
+import json, os, signal, sys, time
 from pathlib import Path
 state, node, args = Path(os.environ["FAKE_RAY_STATE"]), os.environ.get("FAKE_RAY_NODE", "?"), sys.argv[1:]
 opt = lambda name: next((a.split("=", 1)[1] for a in args if a.startswith(name + "=")), None)
@@ -38,7 +39,8 @@ head = read_head()
 up = head is not None and time.time() >= head["up_at"]
 def log(rc):
     with open(state / "calls.log", "a") as f:
-        f.write(json.dumps({"t": time.time(), "node": node, "args": args, "rc": rc}) + "\n")
+        usr2 = "ignored" if signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN else "default"
+        f.write(json.dumps({"t": time.time(), "node": node, "args": args, "rc": rc, "usr2": usr2}) + "\n")
     sys.exit(rc)
 if args[0] == "start" and "--head" in args:
     (state / "head").write_text(json.dumps({"address": f"{opt('--node-ip-address')}:{opt('--port')}",
@@ -76,7 +78,8 @@ def fake_cluster(tmp_path, monkeypatch):
     env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_RAY_STATE": str(state),
            "SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "1", "SLURM_JOB_NODELIST": "node-[a-b]",
            "HARNESS_RAY_PORT": "6390", "HARNESS_RAY_JOIN_TIMEOUT_S": "120", "HARNESS_RAY_JOIN_BACKOFF_S": "0.2",
-           "HARNESS_RAY_POLL_S": "0.2", "FAKE_RAY_HEAD_DELAY_S": "1.5"}
+           "HARNESS_RAY_POLL_S": "0.2", "FAKE_RAY_HEAD_DELAY_S": "1.5",
+           "HARNESS_CKPT_WRITE_GBPS": "", "HARNESS_CKPT_PROBE_GB": "0.02"}  # the head measures (20 MB here)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     return state, env
@@ -147,6 +150,9 @@ def test_a_worker_started_before_the_head_joins_it(spec, tmp_path, fake_cluster,
     assert json.loads((cfg.run_dir / launch.DONE_FILE).read_text()) == {"job": "77.1", "ok": True}
     assert [c["args"] for c in calls if c["node"] == "worker1"][-1] == ["stop", "--force"]
     assert "joined the Ray head at 10.0.0.7:6390" in out.read_text()
+    # Slurm's USR2 (submitit: --signal=USR2@..., no B:) reaches every process of the step: the raylets ignore it
+    assert {c["usr2"] for c in calls if c["args"][:1] == ["start"]} == {"ignored"}
+    assert float(os.environ["HARNESS_CKPT_WRITE_GBPS"]) > 0  # the head measured its checkpoint folder's write speed
 
 
 def test_a_worker_gives_up_at_its_deadline_with_the_reason(tmp_path, fake_cluster):

@@ -22,6 +22,9 @@ from harness.estimators.rais import rais_ratio, router_shift_gamma
 
 from harness.backends.verl import translate
 
+# the loss code runs under device_guard.StrictDevice: a tensor made on the default device fails (issue 44)
+pytestmark = pytest.mark.usefixtures("strict_device")
+
 B, R, L, E, K = 6, 9, 3, 8, 4
 
 

@@ -24,6 +24,9 @@ from harness.backends.verl import translate
 from harness.estimators import rais
 from harness.estimators.rais import rais_ratio, router_shift_gamma
 
+# the loss code runs under device_guard.StrictDevice: a tensor made on the default device fails (issue 44)
+pytestmark = pytest.mark.usefixtures("strict_device")
+
 B, P, R = 4, 3, 6
 
 

@@ -70,7 +70,7 @@ async def score_response(server_manager: Any, prompt_ids: list[int], response_id
         return response_logprobs(out.extra_fields["prompt_logprobs"], len(prompt_ids), len(response_ids))
 
     passes = [await one() for _ in range(n)]  # sequential: each pass in a later engine step (docstring)
-    return torch.tensor(passes, dtype=torch.float64)
+    return torch.tensor(passes, dtype=torch.float64, device="cpu")  # vLLM's numbers, on the driver
 
 
 def mean_n_logprobs(scores: torch.Tensor) -> list[float]:

@@ -44,7 +44,7 @@ def router_shift(gamma: torch.Tensor) -> Iterator[None]:
 def gamma_from_router(router_logp_new_at_old_topk: torch.Tensor, router_logp_old_at_old_topk: torch.Tensor) -> torch.Tensor:
     """gamma from router log-probs already gathered at the old top-K: [..., L, K] -> [...]."""
     k = router_logp_old_at_old_topk.shape[-1]
-    idx = torch.arange(k).expand_as(router_logp_old_at_old_topk)
+    idx = torch.arange(k, device=router_logp_old_at_old_topk.device).expand_as(router_logp_old_at_old_topk)
     return router_shift_gamma(router_logp_new_at_old_topk, router_logp_old_at_old_topk, idx)
 
 

@@ -148,7 +148,7 @@ def train_mini_batch(orig: Callable, self, data):
     if active():
         from verl.utils import tensordict_utils as tu
 
-        data[SAMPLE_ID] = torch.arange(data.shape[0])
+        data[SAMPLE_ID] = torch.arange(data.shape[0], device=data["input_ids"].device)
         defaults = dict(use_remove_padding=self.model_config.get("use_remove_padding", False),
                         use_dynamic_bsz=self.engine_config.use_dynamic_bsz,
                         max_token_len_per_gpu=self.engine_config.infer_max_token_len_per_gpu,
