@@ -62,7 +62,9 @@ def parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
     rp = sub.add_parser("report", help="tables, figures (PNG+PDF) and report.md for one experiment")
     _common(rp)
-    rp.add_argument("--x", choices=("n", "clip_c"), default=None, help="the sweep axis to feature (n or clip_c)")
+    rp.add_argument("--x", default=None, metavar="KEY",
+                    help="the sweep axis to feature: an estimator knob (n, clip_c, estimator.<knob>) or any spec key "
+                         "the runs differ in (trainer.lr, inference.kl_target): its table, figure and trend families")
     rp.add_argument("--out", default=None, help="output folder (default: <project>/figures/<experiment>, the name made a plain folder name)")
     rp.add_argument("--no-log", action="store_true", help="do not log the report as a summary MLflow run")
     rp.add_argument("--primary", action="append", default=[], metavar="A|B or trend:FAMILY",

@@ -118,7 +118,7 @@ def pixel_size(name: str, dpi: int, panels: int = 1, rows: int = 0) -> tuple[int
 
 
 def _new(name: str, cfg: AnalysisConfig, ncols: int = 1) -> tuple[Figure, list]:
-    fig = Figure(figsize=FIG_SIZES[name], dpi=cfg.dpi, layout="constrained")
+    fig = Figure(figsize=FIG_SIZES.get(name, FIG_SIZES["n_sweep"]), dpi=cfg.dpi, layout="constrained")
     axes = [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]
     for ax in axes:
         ax.grid(True, linestyle="--", alpha=0.6)
@@ -551,9 +551,11 @@ def _sweep(ctx: FigureContext, name: str, x: str, estimators: tuple[str, ...] | 
             if ok.any() and most > 1:
                 ax.fill_between(xs[ok], lo[ok], hi[ok], color=colour, alpha=0.15, linewidth=0)
     allx = sorted({float(v) for g in fams.values() for v in g[x]})
-    ticks, tick_labels = _ticks(allx)
+    log = allx[0] > 0  # a level 0 (a dose's control arm): a linear axis
+    ticks, tick_labels = _ticks(allx) if log else (allx, [f"{v:.3g}" for v in allx])
     for ax in (ax_rate, ax_final):
-        ax.set_xscale("log", base=2)
+        if log:
+            ax.set_xscale("log", base=2)
         ax.set_xlabel(xlabel)
         ax.xaxis.set_major_locator(FixedLocator(ticks))
         ax.set_xticklabels(tick_labels)
@@ -582,6 +584,21 @@ def tis_sensitivity(ctx: FigureContext) -> Figure:
     levels = sorted(set(runs.loc[runs["estimator"].isin(("tis", "mis")), "level"]) - {""})
     what = "token vs sequence level" if len(levels) > 1 else (f"{levels[0]} level" if levels else "level not logged")
     return _sweep(ctx, "tis_sensitivity", "clip_c", ("tis", "mis"), f"Sensitivity to the cap C ({what})", "C")
+
+
+SWEEP_CAPTION = ("Sweep over the `--x` key: collapse rate (Wilson CI) and final reward (IQM, bootstrap CI) of each "
+                 "family of groups that differ only in that key, against its value (log2 axis when every value is "
+                 "positive).")
+
+
+def sweep_figure(ctx: FigureContext, x: str) -> Figure:
+    """The sweep figure of any knob or spec key ``x`` (``report --x trainer.lr``); raises :class:`MissingInput`."""
+    return _sweep(ctx, "sweep", x, None, f"Sweep over {x}", x)
+
+
+def draw_sweep(ctx: FigureContext, x: str) -> list[Path]:
+    """Draw :func:`sweep_figure` as ``sweep.png|pdf``."""
+    return _save(sweep_figure(ctx, x), ctx, "sweep")
 
 
 # ---- forest plot of the pair comparisons ------------------------------------------------------------------------

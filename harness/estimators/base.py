@@ -93,10 +93,11 @@ class OldPolicyContext(Protocol):
 
 
 # --------------------------------------------------------------------------------- declarations
-def knob(label: Optional[str] = None, doc: str = "") -> Any:
+def knob(label: Optional[str] = None, doc: str = "", axis: bool = False) -> Any:
     """A parameter field. ``label``: its short name in the estimator's label (``"C"`` -> ``tis(C=2,...)``,
-    ``""`` -> the bare value, ``None`` -> not in the label)."""
-    return field(metadata={"label": label, "doc": doc})
+    ``""`` -> the bare value, ``None`` -> not in the label). ``axis``: a sweep axis the analysis tables, plots and
+    trend-tests by default (any numeric knob is one with ``report --x KNOB``)."""
+    return field(metadata={"label": label, "doc": doc, "axis": axis})
 
 
 @dataclass
@@ -263,6 +264,15 @@ def parameters() -> dict[str, Any]:
             tp = hints[f.name]
             assert out.setdefault(f.name, tp) == tp, f"estimator parameter {f.name}: {out[f.name]} vs {tp} ({name})"
     return out
+
+
+def axes() -> tuple[str, ...]:
+    """The parameters some registered estimator declares a sweep axis (``knob(..., axis=True)``), in the order
+    :func:`parameters` lists them."""
+    out: dict[str, None] = {}
+    for name in sorted(REGISTRY):
+        out.update({f.name: None for f in dataclasses.fields(REGISTRY[name].Params) if f.metadata.get("axis")})
+    return tuple(out)
 
 
 def build(cfg: "EstimatorConfig") -> Estimator:

@@ -39,7 +39,7 @@ def log_mean_prob(logps: Tensor) -> Tensor:
 
 @dataclass
 class Passes(Params):
-    n: int = knob("n", "number of fresh inference passes")
+    n: int = knob("n", "number of fresh inference passes", axis=True)
 
     def validate(self) -> None:
         if self.n < 1:

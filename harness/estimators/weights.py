@@ -40,7 +40,7 @@ def importance_ratio(logp_rec: Tensor, logp_roll: Tensor, mask: Tensor, level: s
 class CappedRatio(Params):
     """A cap C > 1 on the ratio rho, at token or sequence level."""
 
-    clip_c: float = knob("C", "the cap C")
+    clip_c: float = knob("C", "the cap C", axis=True)
     level: str = knob("", "token | sequence")
 
     def validate(self) -> None:
