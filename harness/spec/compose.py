@@ -56,11 +56,9 @@ def _no_shadowing(dirs: list[Path]) -> None:
 
 
 def _schema_node() -> dict[str, Any]:
-    """The base of a composition: the schema's defaults, the estimator section without parameters (an estimator's
-    preset, ``experiments/estimator/<name>.yaml``, sets its own)."""
-    node = defaults()
-    node["estimator"] = {"name": node["estimator"]["name"]}
-    return node
+    """The base of a composition: the schema's defaults (the estimator section: every registered knob unset; the
+    chosen estimator's take their ``Params`` defaults when the spec is built, a preset sets only what differs)."""
+    return defaults()
 
 
 def _hydra_compose(overrides: list[str], config_name: str, dirs: list[Path]) -> dict[str, Any]:
@@ -88,8 +86,11 @@ def compose(overrides: list[str], config_name: str = "config", dirs: Sequence[Pa
 
     dirs = list(dirs or config_dirs())
     _no_shadowing(dirs)
-    for ov in overrides:
+    for i, ov in enumerate(overrides):
         key, sep, value = ov.lstrip("+~").partition("=")
+        if not sep and not ov.startswith("~"):  # ``~key`` deletes; anything else needs its value
+            nxt = overrides[i + 1] if i + 1 < len(overrides) else "VALUE"
+            raise ConfigError(ov, f"an override is key=value (no spaces around '='): write {ov}={nxt}")
         if sep and key in GROUPS:
             options = group_options(key, dirs)
             if value not in options:
@@ -130,7 +131,7 @@ def _unknown_key(key: str, overrides: list[str], config_name: str, dirs: list[Pa
         return f"unknown key: the spec has no section {parent!r}"
     if parent == "estimator":
         name = node.get("name")
-        own = [k for k in node if k != "name"]
+        own = list(estimators.get(name).param_names()) if name in estimators.REGISTRY else []
         takers = [n for n in estimators.NAMES
                   if any(f.name == leaf for f in dataclasses.fields(estimators.get(n).Params))]
         return (f"not a parameter of {name} (its parameters: {', '.join(own) or 'none'})"

@@ -17,8 +17,8 @@ def test_group_overrides_and_estimator_knobs():
 
 @pytest.mark.parametrize("overrides, key, text", [
     (["estimator=recompute", "estimator.clip_c=2"], "estimator.clip_c",
-     "not a parameter of recompute (its parameters: none); clip_c is a parameter of tis, mis, mean_n_tis"),
-    (["estimator=tis", "estimator.n=2"], "estimator.n", "not a parameter of tis (its parameters: clip_c, level)"),
+     "not a parameter of estimator recompute (its parameters: none); clip_c is a parameter of tis, mis, mean_n_tis"),
+    (["estimator=tis", "estimator.n=2"], "estimator.n", "not a parameter of estimator tis (its parameters: clip_c, level); n is a parameter of mean_n, mean_n_tis"),
     (["trainer.lrr=2"], "trainer.lrr", "unknown key; trainer has: checkpoint_every, clip_eps,"),
     (["foo=1"], "foo", "unknown key; the spec has: backend, diagnostics, estimator,"),
 ])
@@ -34,3 +34,11 @@ def test_an_unquoted_unicode_value_gets_the_quote_hint():
         load(["tracking.experiment=héllo"])
     assert err.value.key == "tracking.experiment" and "quote it" in str(err.value)
     assert "\"tracking.experiment='héllo'\"" in str(err.value)
+
+
+def test_a_missing_equals_sign_says_overrides_are_key_value():
+    """``trainer.lr 3e-4`` (a space for the '='): Hydra said "Error parsing override 'trainer.lr'"; now the fix."""
+    with pytest.raises(ConfigError) as exc:
+        load(["trainer.lr", "3e-4"])
+    assert exc.value.key == "trainer.lr" and "an override is key=value" in str(exc.value)
+    assert str(exc.value).endswith("write trainer.lr=3e-4")
