@@ -10,7 +10,9 @@ used), and a ``config.yaml`` of one's own replaces the shipped one.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -96,9 +98,48 @@ def compose(overrides: list[str], config_name: str = "config", dirs: Sequence[Pa
             if value not in options:
                 raise ConfigError(key, f"unknown value {value!r}; allowed: {', '.join(options)}")
     try:
-        return _hydra_compose(list(overrides), config_name, dirs)
+        return _compose_fast(list(overrides), config_name, dirs) or _hydra_compose(list(overrides), config_name, dirs)
     except (HydraException, OmegaConfBaseException) as exc:
         raise _explain(exc, list(overrides), config_name, dirs) from None
+
+
+def _compose_fast(overrides: list[str], config_name: str, dirs: list[Path]) -> dict[str, Any] | None:
+    """Hydra's composition of ``overrides`` without a Hydra run per spec: the config groups chosen (``estimator=tis``,
+    ``model=...``) composed once per distinct choice (cached), then each ``key=value`` set on a copy, its value parsed
+    by Hydra's own override grammar. That is what Hydra does (groups build the defaults list, values are applied
+    after it, in order), so a sweep of N runs composes once per choice of groups. None (compose the Hydra way, with
+    its errors) for anything else: a new or deleted key (``+k``, ``~k``), a key the spec lacks, a section or mapping
+    value, an interpolation, a sweep value."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception:  # noqa: BLE001 - Hydra's own path says what is wrong
+        return None
+    groups, values = [], []
+    for text, ov in zip(overrides, parsed):
+        if ov.is_add() or ov.is_delete() or ov.is_force_add() or ov.is_sweep_override() or ov.package is not None:
+            return None
+        (groups if ov.key_or_group in GROUPS else values).append((text, ov))
+    base = _composed(tuple(t for t, _ in groups), config_name, tuple(dirs))
+    spec = copy.deepcopy(base)
+    for _, ov in values:
+        *path, leaf = ov.key_or_group.split(".")
+        node: Any = spec
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        value = ov.value()
+        if (not isinstance(node, dict) or leaf not in node or isinstance(node[leaf], dict) or isinstance(value, dict)
+                or (isinstance(value, str) and "${" in value) or path[:1] == ["hydra"]):
+            return None
+        node[leaf] = value
+    return spec
+
+
+@functools.lru_cache(maxsize=64)
+def _composed(groups: tuple[str, ...], config_name: str, dirs: tuple[Path, ...]) -> dict[str, Any]:
+    """The Hydra composition of a choice of config groups (kept: copy before changing it)."""
+    return _hydra_compose(list(groups), config_name, list(dirs))
 
 
 def _explain(exc: Exception, overrides: list[str], config_name: str, dirs: list[Path]) -> ConfigError:

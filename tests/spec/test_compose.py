@@ -42,3 +42,44 @@ def test_a_missing_equals_sign_says_overrides_are_key_value():
         load(["trainer.lr", "3e-4"])
     assert exc.value.key == "trainer.lr" and "an override is key=value" in str(exc.value)
     assert str(exc.value).endswith("write trainer.lr=3e-4")
+
+
+def _compose_module():
+    import importlib
+
+    return importlib.import_module("harness.spec.compose")  # the module (``harness.spec.compose`` is the function)
+
+
+@pytest.mark.parametrize("overrides", [
+    ["estimator=tis", "estimator.clip_c=3", "estimator.level=sequence", "seed=4"],
+    ["estimator=mean_n", "model=dense_tiny", "task=addition", "trainer.lr=1.5e-4", "trainer.max_grad_norm=null"],
+    ["inference.kl_target=0.001", "inference.router_noise_sigma=4.0", "trainer.lr=-0.0", "trainer.overlap=true"],
+    ["tracking.experiment='two words'", "tracking.run_name=x", "trainer.steps=7", "estimator=deterministic",
+     "estimator.noise=frozen"],
+    ["backend=verl", "model=qwen3_30b_a3b", "verl.parallel.tp=2", "verl.data.train_files=[a.parquet,b.parquet]"],
+])
+def test_composing_the_groups_once_then_setting_values_is_hydras_composition(overrides):
+    """Issue 43 item 5: a sweep composes once per choice of config groups, then sets each run's values on a copy;
+    the spec is exactly Hydra's (the golden signature test checks every shipped sweep's runs the same way)."""
+    mod = _compose_module()
+    dirs = mod.config_dirs()
+    fast = mod._compose_fast(overrides, "config", dirs)
+    assert fast is not None and fast == mod._hydra_compose(overrides, "config", dirs)
+
+
+@pytest.mark.parametrize("overrides", [["+trainer.extra=1"], ["~trainer.lr"], ["trainer.lrr=1"],
+                                       ["verl.chat_template_kwargs={a:1}"], ["trainer.lr=${trainer.clip_eps}"]])
+def test_what_it_cannot_mimic_goes_to_hydra(overrides):
+    mod = _compose_module()
+    assert mod._compose_fast(overrides, "config", mod.config_dirs()) is None
+
+
+def test_a_sweep_composes_once_per_choice_of_groups():
+    mod = _compose_module()
+    mod._composed.cache_clear()
+    specs = [load(["estimator=tis", f"trainer.lr={lr}", f"seed={seed}"]) for seed in range(5) for lr in (1e-4, 3e-4)]
+    specs.append(load(["estimator=mean_n", "seed=1"]))
+    assert mod._composed.cache_info().misses == 2  # tis, mean_n: 2 Hydra compositions for 11 specs
+    assert specs[1].trainer.lr == 3e-4 and specs[2].seed == 1 and specs[-1].estimator.n == 8
+    specs[0].trainer.lr = 1.0  # a built spec is its own: the cached composition is not shared
+    assert load(["estimator=tis", "trainer.lr=1e-4", "seed=0"]).trainer.lr == 1e-4
