@@ -121,7 +121,7 @@ def _compose_fast(overrides: list[str], config_name: str, dirs: list[Path]) -> d
         if ov.is_add() or ov.is_delete() or ov.is_force_add() or ov.is_sweep_override() or ov.package is not None:
             return None
         (groups if ov.key_or_group in GROUPS else values).append((text, ov))
-    base = _composed(tuple(t for t, _ in groups), config_name, tuple(dirs))
+    base = _composed(tuple(t for t, _ in groups), config_name, tuple(dirs), _stamp(dirs))
     spec = copy.deepcopy(base)
     for _, ov in values:
         *path, leaf = ov.key_or_group.split(".")
@@ -136,9 +136,15 @@ def _compose_fast(overrides: list[str], config_name: str, dirs: list[Path]) -> d
     return spec
 
 
+def _stamp(dirs: list[Path]) -> tuple:
+    """Every config file's path, modification time and size: a file edited since is composed anew."""
+    return tuple(sorted((str(p), p.stat().st_mtime_ns, p.stat().st_size) for d in dirs for p in Path(d).rglob("*.yaml")))
+
+
 @functools.lru_cache(maxsize=64)
-def _composed(groups: tuple[str, ...], config_name: str, dirs: tuple[Path, ...]) -> dict[str, Any]:
-    """The Hydra composition of a choice of config groups (kept: copy before changing it)."""
+def _composed(groups: tuple[str, ...], config_name: str, dirs: tuple[Path, ...], stamp: tuple) -> dict[str, Any]:
+    """The Hydra composition of a choice of config groups (kept: copy before changing it); ``stamp``: the config
+    files' state it was composed from."""
     return _hydra_compose(list(groups), config_name, list(dirs))
 
 

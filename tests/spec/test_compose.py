@@ -83,3 +83,13 @@ def test_a_sweep_composes_once_per_choice_of_groups():
     assert specs[1].trainer.lr == 3e-4 and specs[2].seed == 1 and specs[-1].estimator.n == 8
     specs[0].trainer.lr = 1.0  # a built spec is its own: the cached composition is not shared
     assert load(["estimator=tis", "trainer.lr=1e-4", "seed=0"]).trainer.lr == 1e-4
+
+
+def test_an_edited_config_file_is_composed_anew(tmp_path, monkeypatch):
+    mine = tmp_path / "experiments"
+    (mine / "estimator").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)  # ./experiments: a user's own presets
+    (mine / "estimator" / "my_tis.yaml").write_text("name: tis\nclip_c: 3.0\n")
+    assert load(["estimator=my_tis"]).estimator.clip_c == 3.0
+    (mine / "estimator" / "my_tis.yaml").write_text("name: tis\nclip_c: 5.0\n")
+    assert load(["estimator=my_tis"]).estimator.clip_c == 5.0
