@@ -157,6 +157,25 @@ def test_the_spec_imports_no_backend():
     assert "harness.backends" in g["harness.spec.schema"]
 
 
+def test_loading_the_spec_loads_no_backend_package():
+    """At run time too (issue 43): the registry declares the sections backends add to the spec by module, so
+    ``import harness.spec`` leaves every backend package (``harness.backends.local``, ``.verl``) unloaded; the
+    static check above cannot see ``importlib`` (it used to load 4 backend modules this way)."""
+    import subprocess
+    import sys
+
+    from harness import backends
+
+    code = ("import sys, harness.spec; from harness import backends; print(sorted(m for m in sys.modules for p in "
+            "backends._PACKAGES.values() if m == p or m.startswith(p + '.')))")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]", res.stdout
+    for name, section, cls in backends.sections():  # what the registry says is what each backend declares
+        assert backends.get(name).section == (section, cls)
+    assert [s for _, s, _ in backends.sections()] == ["verl"]
+
+
 def test_layers():
     bad = layer_violations(graph())
     assert not bad, "\n".join(bad)
