@@ -60,6 +60,15 @@ def parser() -> argparse.ArgumentParser:
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = ap.add_subparsers(dest="command", required=True)
+    _report_parser(sub)
+    _power_parser(sub)
+    _verdicts_parser(sub)
+    _dose_parser(sub)
+    _other_parsers(sub)
+    return ap
+
+
+def _report_parser(sub) -> None:
     rp = sub.add_parser("report", help="tables, figures (PNG+PDF) and report.md for one experiment")
     _common(rp)
     rp.add_argument("--x", default=None, metavar="KEY",
@@ -70,6 +79,9 @@ def parser() -> argparse.ArgumentParser:
     rp.add_argument("--primary", action="append", default=[], metavar="A|B or trend:FAMILY",
                     help="a primary contrast declared before the runs: two group labels 'A|B', or 'trend:<family> over "
                          "<x>' (repeatable); tested first, Holm among themselves, the rest exploratory")
+
+
+def _power_parser(sub) -> None:
     pw = sub.add_parser("power", help="seeds per arm for a given power, computed for the report's own tests")
     pw.add_argument("--p1", type=float, default=None, help="collapse rate of one arm")
     pw.add_argument("--p2", type=float, default=None, help="collapse rate of the other arm")
@@ -80,6 +92,9 @@ def parser() -> argparse.ArgumentParser:
     pw.add_argument("--alpha", type=float, default=0.05)
     pw.add_argument("--power", type=float, default=0.8, dest="target")
     pw.add_argument("--seeds", type=int, default=None, help="instead of solving for seeds: the power at this many")
+
+
+def _verdicts_parser(sub) -> None:
     vd = sub.add_parser("verdicts", help="the report's verdicts from a per-run table (runs.csv) alone, no store")
     vd.add_argument("--runs", required=True, help="a report's runs.csv (label, seed, collapsed, final, auc, ...)")
     vd.add_argument("--primary", action="append", default=[], metavar="A|B or trend:PATTERN",
@@ -92,6 +107,9 @@ def parser() -> argparse.ArgumentParser:
     vd.add_argument("--out", default=None, help="write verdicts.md|csv|tex and separation.md|csv|tex here")
     vd.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides")
     vd.add_argument("--config", default=None)
+
+
+def _dose_parser(sub) -> None:
     dp = sub.add_parser("dose", help="dose-response: collapse rate per perturbation arm against the KL along training")
     _source(dp, "MLflow experiment name (e.g. dose)")
     dp.add_argument("--tracking-uri", default=None,
@@ -105,6 +123,10 @@ def parser() -> argparse.ArgumentParser:
     dp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                     help="override an analysis parameter (repeatable; see `params`)")
     dp.add_argument("--config", default=None, help="YAML file of analysis parameters")
+
+
+def _other_parsers(sub) -> None:
+    """compare, export, list, params, readme, validate, export-curves."""
     cp = sub.add_parser("compare", help="probability of improvement and CIs between two groups")
     _common(cp)
     cp.add_argument("--a", required=True, help="group label or estimator name (e.g. mean_n or 'mean_n(n=8)')")
@@ -134,7 +156,6 @@ def parser() -> argparse.ArgumentParser:
     xp.add_argument("--experiment", "-e", required=True)
     xp.add_argument("--tracking-uri", default=None)
     xp.add_argument("--out", required=True, help="path ending in _curves.csv, e.g. analysis/labelled/own_curves.csv")
-    return ap
 
 
 def _config(args):
