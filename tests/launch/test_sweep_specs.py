@@ -317,7 +317,7 @@ def test_objective_tail_mean_and_collapse():
     collapsed = up + list(0.3 + rng.normal(0, 0.02, 20))  # 120 steps, onset at 100, tail = steps 96..119
     value, onset = objective.score(collapsed, 120, obj)
     assert onset is not None and abs(onset - 100) <= 2 and value == pytest.approx(0.3, abs=0.02)
-    assert onset == analysis_measures.collapse_onset_index(collapsed, obj.analysis_config)
+    assert onset == analysis_measures.collapse_onset_index(collapsed, obj.rule)  # the report's, the same function
     value, onset = objective.score(up, 100, obj)
     assert onset is None and value == pytest.approx(0.8, abs=0.02)
     assert objective.score(flat, 10, obj, diverged=True)[0] == 0.0
