@@ -30,7 +30,7 @@ from harness.estimators.weights import CappedRatio
 
 @dataclass
 class Scaled(CappedRatio):
-    scale: float = knob("s", "the weight's scale", axis=True)
+    scale: float = knob("s", "the weight's scale", axis=True, default=1.0)
 
     def validate(self) -> None:
         super().validate()
@@ -91,7 +91,7 @@ def test_a_copied_estimator_with_a_new_knob_is_swept_tabled_and_plotted(tmp_path
     # the two files a new estimator is, and nothing else
     (copy / "harness" / "estimators" / "tis_scaled.py").write_text(textwrap.dedent(MODULE))
     (copy / "experiments" / "estimator" / "tis_scaled.yaml").write_text(
-        "# TIS with a scaled weight (a test's copy)\nname: tis_scaled\nclip_c: 2.0\nlevel: token\nscale: 1.0\n")
+        "# TIS with a scaled weight (a test's copy): its defaults are its Params'\nname: tis_scaled\n")
     (tmp_path / "scale.yaml").write_text(SWEEP)
     (tmp_path / "make.py").write_text(SCRIPT)
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
