@@ -62,14 +62,29 @@ def parser() -> argparse.ArgumentParser:
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = ap.add_subparsers(dest="command", required=True)
+    _report_parser(sub)
+    _power_parser(sub)
+    _verdicts_parser(sub)
+    _dose_parser(sub)
+    _survival_parsers(sub)
+    _other_parsers(sub)
+    return ap
+
+
+def _report_parser(sub) -> None:
     rp = sub.add_parser("report", help="tables, figures (PNG+PDF) and report.md for one experiment")
     _common(rp)
-    rp.add_argument("--x", choices=("n", "clip_c"), default=None, help="the sweep axis to feature (n or clip_c)")
+    rp.add_argument("--x", default=None, metavar="KEY",
+                    help="the sweep axis to feature: an estimator knob (n, clip_c, estimator.<knob>) or any spec key "
+                         "the runs differ in (trainer.lr, inference.kl_target): its table, figure and trend families")
     rp.add_argument("--out", default=None, help="output folder (default: <project>/figures/<experiment>, the name made a plain folder name)")
     rp.add_argument("--no-log", action="store_true", help="do not log the report as a summary MLflow run")
     rp.add_argument("--primary", action="append", default=[], metavar="A|B or trend:FAMILY",
                     help="a primary contrast declared before the runs: two group labels 'A|B', or 'trend:<family> over "
                          "<x>' (repeatable); tested first, Holm among themselves, the rest exploratory")
+
+
+def _power_parser(sub) -> None:
     pw = sub.add_parser("power", help="seeds per arm for a given power, computed for the report's own tests")
     pw.add_argument("--p1", type=float, default=None, help="collapse rate of one arm")
     pw.add_argument("--p2", type=float, default=None, help="collapse rate of the other arm")
@@ -80,6 +95,9 @@ def parser() -> argparse.ArgumentParser:
     pw.add_argument("--alpha", type=float, default=0.05)
     pw.add_argument("--power", type=float, default=0.8, dest="target")
     pw.add_argument("--seeds", type=int, default=None, help="instead of solving for seeds: the power at this many")
+
+
+def _verdicts_parser(sub) -> None:
     vd = sub.add_parser("verdicts", help="the report's verdicts from a per-run table (runs.csv) alone, no store")
     vd.add_argument("--runs", required=True, help="a report's runs.csv (label, seed, collapsed, final, auc, ...)")
     vd.add_argument("--primary", action="append", default=[], metavar="A|B or trend:PATTERN",
@@ -92,6 +110,9 @@ def parser() -> argparse.ArgumentParser:
     vd.add_argument("--out", default=None, help="write verdicts.md|csv|tex and separation.md|csv|tex here")
     vd.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides")
     vd.add_argument("--config", default=None)
+
+
+def _dose_parser(sub) -> None:
     dp = sub.add_parser("dose", help="dose-response: collapse rate per perturbation arm against the KL along training")
     _source(dp, "MLflow experiment name (e.g. dose)")
     dp.add_argument("--tracking-uri", default=None,
@@ -105,37 +126,41 @@ def parser() -> argparse.ArgumentParser:
     dp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                     help="override an analysis parameter (repeatable; see `params`)")
     dp.add_argument("--config", default=None, help="YAML file of analysis parameters")
+
+
+def _store_options(p: argparse.ArgumentParser) -> None:
+    """The options of a command that reads one experiment and writes files: its source, store, filter, folder and
+    the analysis parameters."""
+    _source(p)
+    p.add_argument("--horizon", type=float, required=True, help="the last scored step H (steps after it: the unscored tail)")
+    p.add_argument("--tracking-uri", default=None,
+                   help="MLflow tracking URI (default: sqlite:///<project root>/mlruns.db)")
+    p.add_argument("--filter", default=None, dest="filter_string", help="MLflow search filter on the runs")
+    p.add_argument("--include-unfinished", action="store_true",
+                   help="keep runs that are not FINISHED (default: left out and listed in a note)")
+    p.add_argument("--out", default=None, help="output folder (default: <home>/figures/<experiment>)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="override an analysis parameter (repeatable; see `params`)")
+    p.add_argument("--config", default=None, help="YAML file of analysis parameters")
+
+
+def _survival_parsers(sub) -> None:
+    """hazard and survival: time to collapse with an unscored tail (science v4, docs/preregistration_v4.md)."""
     hz = sub.add_parser("hazard", help="hazard map: collapse by a horizon per (kl_target dose, lr) cell, KM, the "
                         "stage A selection rule (docs/preregistration_v4.md)")
-    _source(hz)
-    hz.add_argument("--horizon", type=float, required=True, help="the last scored step H (steps after it: the unscored tail)")
-    hz.add_argument("--tracking-uri", default=None,
-                    help="MLflow tracking URI (default: sqlite:///<project root>/mlruns.db)")
-    hz.add_argument("--filter", default=None, dest="filter_string", help="MLflow search filter on the runs")
-    hz.add_argument("--include-unfinished", action="store_true",
-                    help="keep runs that are not FINISHED (default: left out and listed in a note)")
-    hz.add_argument("--out", default=None, help="output folder (default: <project>/figures/<experiment>)")
-    hz.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                    help="override an analysis parameter (repeatable; see `params`)")
-    hz.add_argument("--config", default=None, help="YAML file of analysis parameters")
+    _store_options(hz)
     sv = sub.add_parser("survival", help="time to collapse per arm and for declared pairs: seed-stratified log-rank "
                         "(Holm over the pairs), Cox HR, RMST, McNemar (docs/preregistration_v4.md)")
-    _source(sv)
-    sv.add_argument("--horizon", type=float, required=True, help="the last scored step H (steps after it: the unscored tail)")
+    _store_options(sv)
     sv.add_argument("--pair", action="append", default=[], metavar="A|B",
                     help="a declared pair of group labels, e.g. \"recompute|mean_n(n=8)\" (repeatable: one family)")
     sv.add_argument("--interaction", default=None, metavar="A|B",
                     help="two estimator arms (label part before '[') run at several doses (inference.kl_target): the "
                          "dose x estimator interaction joins the family; critical doses and their ratio beside")
-    sv.add_argument("--tracking-uri", default=None,
-                    help="MLflow tracking URI (default: sqlite:///<project root>/mlruns.db)")
-    sv.add_argument("--filter", default=None, dest="filter_string", help="MLflow search filter on the runs")
-    sv.add_argument("--include-unfinished", action="store_true",
-                    help="keep runs that are not FINISHED (default: left out and listed in a note)")
-    sv.add_argument("--out", default=None, help="output folder (default: <project>/figures/<experiment>)")
-    sv.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
-                    help="override an analysis parameter (repeatable; see `params`)")
-    sv.add_argument("--config", default=None, help="YAML file of analysis parameters")
+
+
+def _other_parsers(sub) -> None:
+    """compare, export, list, params, readme, validate, export-curves."""
     cp = sub.add_parser("compare", help="probability of improvement and CIs between two groups")
     _common(cp)
     cp.add_argument("--a", required=True, help="group label or estimator name (e.g. mean_n or 'mean_n(n=8)')")
@@ -165,7 +190,6 @@ def parser() -> argparse.ArgumentParser:
     xp.add_argument("--experiment", "-e", required=True)
     xp.add_argument("--tracking-uri", default=None)
     xp.add_argument("--out", required=True, help="path ending in _curves.csv, e.g. analysis/labelled/own_curves.csv")
-    return ap
 
 
 def _config(args):

@@ -34,7 +34,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from harness import curves
 from harness import metrics as M
+from harness.collapse import CollapseRule
+
+_RULE = CollapseRule()  # the collapse rule's defaults: one home, harness/collapse.py
 
 
 class ConfigError(ValueError):
@@ -49,20 +53,20 @@ class AnalysisConfig:
     kl_metric: str = M.MISMATCH_K3
     time_metric: str = M.TIME_STEP
     # smoothing
-    smooth_window: int = 10
-    smooth_kind: str = "centred"
-    # collapse: drop-from-peak rule v2 (margin from the run's own noise and gain)
-    collapse_noise_z: float = 7.0
-    collapse_gain_frac: float = 0.2
-    collapse_persist: int = 5
-    collapse_gap: int = 10
+    smooth_window: int = _RULE.smooth_window
+    smooth_kind: str = _RULE.smooth_kind
+    # collapse: drop-from-peak rule v2 (margin from the run's own noise and gain; harness.collapse)
+    collapse_noise_z: float = _RULE.collapse_noise_z
+    collapse_gain_frac: float = _RULE.collapse_gain_frac
+    collapse_persist: int = _RULE.collapse_persist
+    collapse_gap: int = _RULE.collapse_gap
     # collapse onset: change-point estimate (ruptures)
     cp_pen_scale: float = 3.0
     cp_min_size: int = 5
     # convergence
     converge_tau: float = 0.9
     # end-of-run summary
-    final_window: int = 10
+    final_window: int = curves.DEFAULT_FINAL_WINDOW
     # across seeds
     ci: float = 0.95
     bootstrap_reps: int = 10_000

@@ -28,6 +28,10 @@ from harness import estimators
 
 # Tags whose variation inside one experiment splits groups even when the estimator config matches.
 CONTEXT_TAGS: tuple[str, ...] = ("model", "task", "backend", "perturbation")
+#: The context tags computed from spec keys: sweeping a key under the prefix moves the tag with it.
+DERIVED_CONTEXT = {"model": "model.", "task": "task.", "backend": "backend.", "perturbation": "inference."}
+#: The knob tags every run of an old store carries ("na" when its estimator has no such knob).
+LEGACY_KNOB_TAGS: tuple[str, ...] = ("n", "clip_c", "level")
 NA = ("", "na", "none", "null", "nan")
 
 
@@ -81,32 +85,101 @@ def sort_key(estimator: str, n: float, clip_c: float, level: str, suffix: str) -
     return (estimators.rank(estimator), estimator, nan_first(n), nan_first(clip_c), level, suffix)
 
 
+def knob_columns() -> tuple[str, ...]:
+    """The runs frame's estimator-knob columns: the tags old stores carry for every run (``n``, ``clip_c``,
+    ``level``) and every parameter a registered estimator declares (``harness.estimators.parameters``)."""
+    return tuple(dict.fromkeys((*LEGACY_KNOB_TAGS, *estimators.parameters())))
+
+
+def axis_column(key: str) -> str:
+    """The runs-frame column of a ``--x`` key: an estimator knob by its bare name (``estimator.n`` -> ``n``), any
+    other key as written (``trainer.lr``, ``inference.kl_target``)."""
+    bare = key[len("estimator."):] if key.startswith("estimator.") else key
+    return bare if bare in knob_columns() else key
+
+
+def default_axes() -> tuple[str, ...]:
+    """The knobs the report sweeps and trend-tests without ``--x``: those a registered estimator declares an
+    axis (``knob(..., axis=True)``), in registry order."""
+    return estimators.axes()
+
+
+def _derived(tag: str, x: str) -> bool:
+    """True when context tag ``tag`` is computed from spec key ``x`` (the perturbation from ``inference.*``)."""
+    prefix = DERIVED_CONTEXT.get(tag)
+    return prefix is not None and x.startswith(prefix)
+
+
+def format_parts(context: Sequence[tuple[str, str]], apart: Sequence[tuple[str, str]]) -> str:
+    """A label's bracket from its parts: the varying context tags as :func:`context_suffix` writes them (one: the
+    bare value), then the identity keys that tell groups sharing that label apart, ``key=value``; "" when none."""
+    items = [context[0][1]] if len(context) == 1 else [f"{k}={v}" for k, v in context]
+    items += [f"{k}={v}" for k, v in apart]
+    return f"[{','.join(items)}]" if items else ""
+
+
+def _parts(runs: pd.DataFrame) -> pd.Series:
+    """Each run's label parts ``(context, apart)`` (column ``label_parts``, written by :mod:`analysis.load`); a
+    frame without them: its label's bracket as one part, which no axis drops."""
+    if "label_parts" in runs:
+        return runs["label_parts"]
+    suffix = runs["label"].str.extract(r"(\[.*\])$", expand=False).fillna("")
+    return suffix.map(lambda s: ((), (("", s),)) if s else ((), ()))
+
+
+def _without(parts: tuple, x: str) -> tuple:
+    """Label parts less ``x``'s own and a context tag computed from ``x``."""
+    context, apart = parts
+    return (tuple(p for p in context if p[0] != x and not _derived(p[0], x)), tuple(p for p in apart if p[0] != x))
+
+
 def sweep_families(runs: pd.DataFrame, x: str, estimators: tuple[str, ...] | None) -> dict[tuple, pd.DataFrame]:
-    """Groups of runs that differ only in knob ``x`` (at least 2 distinct finite values)."""
-    rest = [c for c in ("estimator", "n", "clip_c", "level") if c != x]
-    sub = runs[np.isfinite(runs[x].to_numpy(float))]
+    """Groups of runs that differ only in ``x`` (at least 2 distinct finite values): an estimator knob (``n``,
+    ``clip_c``, a new estimator's own) or any spec key the runs logged (``trainer.lr``, ``inference.kl_target``).
+
+    A family shares the estimator, every other knob and every label part but ``x``'s own (``trainer.lr=...``) and a
+    context tag computed from ``x`` (the perturbation, for an ``inference.*`` key). Column ``x`` holds the value as
+    a number, column ``_family`` the family's name (:func:`family_name`)."""
+    if x not in runs:
+        return {}
+    values = pd.to_numeric(runs[x], errors="coerce")
+    sub = runs.assign(**{x: values})[np.isfinite(values.to_numpy(float))]
     if estimators is not None:
         sub = sub[sub["estimator"].isin(estimators)]
-    suffix = sub["label"].str.extract(r"(\[.*\])$", expand=False).fillna("")
-    sub = sub.assign(_suffix=suffix, _n=sub["n"].fillna(-1), _c=sub["clip_c"].fillna(-1))
-    keys = ["estimator", "_n" if "n" in rest else None, "_c" if "clip_c" in rest else None, "level", "_suffix"]
-    keys = [k for k in keys if k]
+    if sub.empty:
+        return {}
+    knobs = [c for c in knob_columns() if c in sub and c != x]
+    parts = _parts(sub)
+    kept = parts.map(lambda ps: _without(ps, x))
+    keys = pd.Series([(e, tuple(_knob_key(v) for v in kv), ps) for e, kv, ps in
+                      zip(sub["estimator"], sub[knobs].itertuples(index=False, name=None), kept)], index=sub.index)
+    names = {}
+    for i, k in keys.items():
+        if k not in names:
+            suffix = (sub.at[i, "label"][len(sub.at[i, "label"].split("[")[0]):] if k[2] == parts[i]
+                      else format_parts(*k[2]))
+            names[k] = estimators_label(k[0], dict(zip(knobs, k[1]))) + suffix
+    sub = sub.assign(_family=keys.map(names))
     fams = {}
-    for key, g in sub.groupby(keys, sort=False):
+    for k, g in sub.groupby(keys, sort=False):
         if g[x].nunique() >= 2:
-            fams[key] = g
+            fams[k] = g
     return fams
 
 
+def _knob_key(value: object) -> object:
+    """A knob value as a family key (absent values alike: NaN, None and "")."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return value
+
+
+def estimators_label(estimator: str, knobs: Mapping[str, object]) -> str:
+    """The estimator's label of the knob values that are set (the family's name before its bracket)."""
+    return estimators.label(estimator, {k: v for k, v in knobs.items() if _knob_key(v) != ""})
+
+
 def family_name(g: pd.DataFrame, x: str) -> str:
-    """A sweep family's name: the group label without knob ``x`` (``tis(token)``, ``mean_n``)."""
-    row = g.iloc[0]
-    knobs = []
-    if x != "n" and np.isfinite(row["n"]):
-        knobs.append(f"n={row['n']:g}")
-    if x != "clip_c" and np.isfinite(row["clip_c"]):
-        knobs.append(f"C={row['clip_c']:g}")
-    if row["level"]:
-        knobs.append(row["level"])
-    suffix = row["_suffix"]
-    return row["estimator"] + (f"({','.join(knobs)})" if knobs else "") + suffix
+    """A sweep family's name: the group label without ``x`` (``tis(token)``, ``mean_n``,
+    ``recompute[router@k3=0.001]`` over ``trainer.lr``)."""
+    return g["_family"].iloc[0]

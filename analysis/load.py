@@ -50,7 +50,8 @@ from harness import metrics as M
 from harness.history import from_metrics
 from harness.uri import redact
 
-from .labels import CONTEXT_TAGS, arm_text, base_label, context_suffix, sort_key, tag_number, tag_text
+from .labels import (CONTEXT_TAGS, LEGACY_KNOB_TAGS, arm_text, base_label, context_suffix, knob_columns, sort_key,
+                     tag_number, tag_text, tag_value)
 
 SUMMARY_TAG = "analysis_summary"
 PROBE_TAG = "probe"
@@ -328,7 +329,7 @@ def assemble(
 
 
 RUN_COLUMNS = (
-    "run_id", "run_name", "status", "stopped", "label", "estimator", "n", "clip_c", "level", "seed", "model", "model_kind",
+    "run_id", "run_name", "status", "stopped", "label", "estimator", *LEGACY_KNOB_TAGS, "seed", "model", "model_kind",
     "task", "backend", "perturbation", "spec_sig", "group_key", "git_commit", "start_time",
 )
 
@@ -355,7 +356,7 @@ def group_key(tags: Mapping[str, str], params: Mapping[str, str]) -> str:
     if ident:
         blob = json.dumps(sorted(ident.items()), separators=(",", ":"))
         return "p:" + hashlib.sha256(blob.encode()).hexdigest()[:10]
-    knobs = [tag_text(tags.get(k)) for k in ("estimator", "n", "clip_c", "level", *CONTEXT_TAGS)]
+    knobs = [tag_text(tags.get(k)) for k in ("estimator", *LEGACY_KNOB_TAGS, *CONTEXT_TAGS)]
     return "t:" + hashlib.sha256("|".join(knobs).encode()).hexdigest()[:10]
 
 
@@ -371,21 +372,30 @@ def identity_labels(base: Mapping[str, str], params: Mapping[str, Mapping[str, s
     (``rollout[trainer.lr=0.0001]``); ``[group=KEY]`` when no logged param tells them apart. A param one group
     logs as null (``None``) and another does not log at all is the same value: a key added to the schema later
     (a new estimator's parameter, unset) does not split the labels of runs made before and after it."""
+    out, apart = {}, identity_apart(base, params)
+    for g, label in base.items():
+        extra = ",".join(f"{k}={v}" for k, v in apart[g])
+        out[g] = label if not extra else label[:-1] + "," + extra + "]" if label.endswith("]") else f"{label}[{extra}]"
+    return out
+
+
+def identity_apart(base: Mapping[str, str], params: Mapping[str, Mapping[str, str]]) -> dict[str, tuple]:
+    """``{group_key: ((key, value), ...)}``: what :func:`identity_labels` adds to each base label (nothing where it
+    is unique)."""
     by_base: dict[str, list[str]] = {}
     for key, label in base.items():
         by_base.setdefault(label, []).append(key)
     out = {}
     for label, keys in by_base.items():
         if len(keys) == 1:
-            out[keys[0]] = label
+            out[keys[0]] = ()
             continue
         names = sorted({k for g in keys for k in params.get(g, {})})
         value = lambda g, k: tag_text(params.get(g, {}).get(k)) or None  # noqa: E731  absent = null = unset
         differ = [k for k in names if len({value(g, k) for g in keys}) > 1 and k not in KNOB_PARAMS]
         for g in keys:
             p = params.get(g, {})
-            extra = ",".join(f"{k}={p.get(k, 'na')}" for k in differ) if differ else f"group={g}"
-            out[g] = label[:-1] + "," + extra + "]" if label.endswith("]") else f"{label}[{extra}]"
+            out[g] = tuple((k, p.get(k, "na")) for k in differ) if differ else (("group", g),)
     return out
 
 
@@ -418,7 +428,7 @@ def groups_frame(runs: pd.DataFrame, training: Sequence[RunRecord]) -> pd.DataFr
     cols = ["label", "group_key", "runs", "seeds", "apart"]
     if runs.empty:
         return pd.DataFrame(columns=cols)
-    tag_keys = ("estimator", "n", "clip_c", "level", *CONTEXT_TAGS)  # runs without params: their tags
+    tag_keys = ("estimator", *LEGACY_KNOB_TAGS, *CONTEXT_TAGS)  # runs without params: their tags
     params = {r.run_id: identity_params(r.params)
               or {k: tag_text(r.tags.get(k)) for k in tag_keys if tag_text(r.tags.get(k))}
               for r in training}
@@ -440,7 +450,9 @@ def _runs_frame(training: Sequence[RunRecord], group_by: Sequence[str]) -> pd.Da
     context = [t for t in CONTEXT_TAGS if t not in group_by]
     varying = [t for t in context if len({tag_text(r.tags.get(t)) for r in training}) > 1]
     varying += [t for t in group_by if t not in varying]
-    rows, base, params = [], {}, {}
+    knobs = [k for k in knob_columns() if k not in LEGACY_KNOB_TAGS]
+    swept = _swept_params(training)
+    rows, base, params, context = [], {}, {}, {}
     for run in training:
         tags = run.tags
         level = _level(run)
@@ -450,6 +462,7 @@ def _runs_frame(training: Sequence[RunRecord], group_by: Sequence[str]) -> pd.Da
         key = group_key(tags, run.params)
         base.setdefault(key, base_label(label_tags) + suffix)
         params.setdefault(key, identity_params(run.params))
+        context.setdefault(key, tuple((t, arm_text(label_tags.get(t)) or "na") for t in varying))
         row = {
             "run_id": run.run_id,
             "run_name": run.run_name,
@@ -473,14 +486,26 @@ def _runs_frame(training: Sequence[RunRecord], group_by: Sequence[str]) -> pd.Da
         }
         for t in group_by:
             row.setdefault(t, label_tags[t])
+        for k in knobs:  # a knob's tag, else its logged param (``estimator.gamma_min``): a sweep axis
+            row.setdefault(k, tag_value(tags.get(k)) if tag_text(tags.get(k)) else tag_value(run.params.get(f"estimator.{k}")))
+        for k in swept:  # every other spec key the runs differ in (``trainer.lr``): a sweep axis too
+            row.setdefault(k, tag_value(run.params.get(k)))
         rows.append(row)
-    labels = identity_labels(base, params)
+    labels, apart = identity_labels(base, params), identity_apart(base, params)
     for row in rows:
         row["label"] = labels[row["group_key"]]
+        row["label_parts"] = (context[row["group_key"]], apart[row["group_key"]])
         row["_key"] = sort_key(row["estimator"], row["n"], row["clip_c"], row["level"], row["label"])
     rows.sort(key=lambda r: (r["_key"], r["seed"], r["start_time"] or 0))
     frame = pd.DataFrame(rows).drop(columns="_key")
     return frame.reset_index(drop=True)
+
+
+def _swept_params(training: Sequence[RunRecord]) -> list[str]:
+    """The identity params, but the estimator's (knob columns), whose values differ among the runs (absent = null)."""
+    logged = [identity_params(run.params) for run in training]
+    names = sorted({k for p in logged for k in p if not k.startswith("estimator.")})
+    return [k for k in names if len({tag_text(p.get(k)) for p in logged}) > 1]
 
 
 def _probes_frame(probes: Sequence[RunRecord]) -> pd.DataFrame:

@@ -48,6 +48,8 @@ import pandas as pd
 
 from harness import curves
 from harness import metrics as M
+from harness.collapse import (PERSISTENT, STABLE, TRANSIENT, Detection, collapse_onset_index,  # noqa: F401
+                              detect, rule_margin)
 
 from .config import AnalysisConfig
 from .load import Experiment
@@ -79,94 +81,6 @@ def first_nonfinite_step(steps: np.ndarray, values: np.ndarray) -> float:
 def noise_scale(x: np.ndarray) -> float:
     """Robust per-step noise sd (:func:`harness.curves.noise_sd`), 1e-6 for a constant curve."""
     return curves.noise_sd(x) or 1e-6
-
-
-@dataclass(frozen=True)
-class Detection:
-    """What the drop rule says about one curve (indices into the curve; see the module docstring)."""
-
-    kind: str  # persistent | transient | stable
-    onset: int | None  # first index of the persistent collapse's descent
-    dips: tuple[int, ...]  # first index of each transient dip's descent
-    sigma: float  # noise sd of the smoothed curve: harness.curves.noise_sd / sqrt W
-    margin: float  # the margin at the onset (persistent), at the first dip, else at the end
-
-    @property
-    def collapsed(self) -> bool:
-        return self.kind == PERSISTENT
-
-
-PERSISTENT, TRANSIENT, STABLE = "persistent", "transient", "stable"
-
-
-def _episodes(below: np.ndarray, gap: int) -> list[tuple[int, int]]:
-    """Maximal stretches [a, b] of ``below``, joining stretches separated by fewer than ``gap`` steps."""
-    idx = np.flatnonzero(below)
-    if not len(idx):
-        return []
-    out = [[int(idx[0]), int(idx[0])]]
-    for i in idx[1:]:
-        if i - out[-1][1] - 1 < gap:
-            out[-1][1] = int(i)
-        else:
-            out.append([int(i), int(i)])
-    return [(a, b) for a, b in out]
-
-
-def rule_margin(sigma: float, gain, cfg: AnalysisConfig):
-    """``m = max(z sigma_S, f gain)``: the margin below the running peak (module docstring)."""
-    return np.maximum(cfg.collapse_noise_z * sigma, cfg.collapse_gain_frac * np.maximum(gain, 0.0))
-
-
-def detect(values: np.ndarray, cfg: AnalysisConfig) -> Detection:
-    """The drop rule v2 on one raw reward curve (non-finite values ignored; see the module docstring)."""
-    x = np.asarray(values, dtype=float)
-    S = curves.smooth(x, cfg.smooth_window, cfg.smooth_kind)
-    ok = np.isfinite(S)
-    sigma = curves.noise_sd(x) / math.sqrt(cfg.smooth_window)
-    if not ok.any():
-        return Detection(STABLE, None, (), sigma, math.nan)
-    r0 = float(S[np.argmax(ok)])
-    P = np.fmax.accumulate(np.where(ok, S, -np.inf))
-    gain = np.maximum(P - r0, 0.0)
-    margin = rule_margin(sigma, gain, cfg)
-    below = ok & (S < P - margin)
-    descending = ok & (S < P - 0.75 * margin)
-    episodes = [(a, b) for a, b in _episodes(below, cfg.collapse_gap) if b - a + 1 >= cfg.collapse_persist]
-
-    def descent(a: int) -> int:  # walk back while the smoothed reward is below P - 3m/4
-        while a > 0 and descending[a - 1]:
-            a -= 1
-        return a
-
-    last = len(S) - 1 - int(np.argmax(ok[::-1]))  # the last index with a smoothed value
-    tail = x[np.isfinite(x)][-cfg.collapse_persist:]
-    ends_down = len(tail) > 0 and float(np.median(tail)) < P[last] - margin[last]
-    onset, dips = None, []
-    for a, b in episodes:
-        if b >= last and ends_down:
-            onset = descent(a)
-        else:
-            dips.append(descent(a))
-    if onset is not None:
-        return Detection(PERSISTENT, onset, tuple(dips), sigma, float(margin[onset]))
-    if dips:
-        return Detection(TRANSIENT, None, tuple(dips), sigma, float(margin[dips[0]]))
-    return Detection(STABLE, None, (), sigma, float(margin[last]))
-
-
-def collapse_onset_index(rewards, cfg: AnalysisConfig, losses=None) -> int | None:
-    """Index of a curve's collapse onset (one value per step from step 0): the persistent collapse of
-    :func:`detect` or the first non-finite reward/loss, the earlier of the two; None if neither.
-    What ``harness.status`` and ``harness.tune`` call (the same rule as the report)."""
-    x = np.asarray(rewards, dtype=float)
-    bad = [int(np.argmax(~np.isfinite(v))) for v in (x, np.asarray(losses if losses is not None else [], float))
-           if len(v) and not np.isfinite(v).all()]
-    onset = detect(x, cfg).onset if len(x) else None
-    first_bad = min(bad) if bad else None
-    if first_bad is not None and (onset is None or first_bad <= onset):
-        return first_bad
-    return onset
 
 
 def changepoint_onset_index(x: np.ndarray, peak_index: int, pen_scale: float, min_size: int, min_drop: float) -> int | None:

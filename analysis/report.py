@@ -31,6 +31,7 @@ from .paths import out_folder
 from harness.uri import redact
 from .measures import measure_experiment
 from .tables import Table, groups_table, marginal_table, noise_probe_table, poi_table, runs_table, summary_table, sweep_table
+from .labels import axis_column, default_axes, knob_columns, tag_text
 from .verdict_tables import run_verdicts, separation_table, verdicts_table
 
 SWEEP_FIGURE = {"n": "n_sweep", "clip_c": "tis_sensitivity"}
@@ -73,13 +74,14 @@ def build_report(
 ) -> ReportResult:
     """Write the report of ``experiment``; see the module docstring. Raises ``AnalysisError``. ``source``: an
     exported histories file read instead of the store (:mod:`analysis.histories`; nothing is logged).
+    ``x``: the sweep axis to feature, an estimator knob (``n``, ``clip_c``, ``estimator.<knob>``) or any spec key the
+    runs differ in (``trainer.lr``, ``inference.kl_target``): its sweep table, figure and trend families.
     ``primary``: the primary contrasts, pairs of group labels ``(a, b)`` and trends ``("trend", family)``."""
     cfg = cfg or AnalysisConfig()
-    if x not in (None, "n", "clip_c"):
-        raise ConfigError(f"--x must be n or clip_c, got {x!r}")
     metrics = (cfg.reward_metric, cfg.loss_metric, cfg.kl_metric, cfg.time_metric, M.MOE_REPLAY_COVERAGE, *ALONG)
     exp = open_experiment(experiment, tracking_uri, source, metrics=metrics, filter_string=filter_string,
                           group_by=group_by, include_unfinished=include_unfinished)
+    x = resolve_axis(exp, x)  # a key no run has: exit 2 before any file is written
     log_to_mlflow = log_to_mlflow and source is None  # a file has no store to log to
     declared = declared_primary(exp) if not primary else None
     primary = list(primary) or [tuple(c) for c in (declared or {}).get("contrasts", [])]
@@ -88,76 +90,9 @@ def build_report(
     result = ReportResult(exp.name, out, out / "report.md", notes=list(exp.notes))
 
     measures = measure_experiment(exp, cfg)
-    if primary:
-        result.notes.append(primary_note(exp, primary, declared))
-    if exp.runs.empty:
-        result.notes.append("the experiment holds only probe runs: there are no training curves to analyse.")
-    elif exp.runs.groupby("label").size().max() < 2:
-        result.notes.append("every group has a single seed: confidence intervals (bands, [lo, hi]) need >= 2 seeds "
-                            "per group; point estimates are shown alone.")
-
-    if len(measures) and measures["n_steps"].max() < cfg.collapse_persist + cfg.smooth_window:
-        result.notes.append(f"the runs are short (at most {int(measures['n_steps'].max())} steps): the drop-from-peak "
-                            f"rule needs {cfg.collapse_persist} steps below the line, so only non-finite losses can "
-                            "count as collapses here.")
-
-    # ---- tables -------------------------------------------------------------------------------
-    tables: dict[str, Table] = {}
-    comparisons: list = []  # the verdicts, computed once: tables and the forest figure
-    if len(measures):
-        tables["summary"] = summary_table(exp, measures, cfg)
-        tables["groups"] = groups_table(exp, cfg)
-        tables["runs"] = runs_table(exp, measures, cfg)
-        for tag in group_by:
-            by = marginal_table(exp, measures, cfg, tag)
-            if by is not None:
-                tables[by.name] = by
-        poi = poi_table(exp, measures, cfg)
-        if poi is not None:
-            tables["poi"] = poi
-            comparisons = run_verdicts(exp, measures, cfg, primary)
-            tables["separation"] = separation_table(comparisons, cfg)
-            tables["verdicts"] = verdicts_table(comparisons, cfg)
-        else:
-            result.skipped["poi"] = "probability of improvement and verdicts need >= 2 groups."
-    else:
-        result.skipped["summary"] = "no training runs."
-    along = along_table(exp, cfg) if len(measures) else None
-    if along is not None:
-        tables["along"] = along
-    for knob in ("n", "clip_c"):
-        t = sweep_table(exp, measures, cfg, knob) if len(measures) else None
-        if t is not None:
-            tables[t.name] = t
-        elif x == knob:
-            result.skipped[f"sweep_{knob}"] = f"`--x {knob}` asked for a sweep, but no estimator has runs at >= 2 values of `{knob}`."
-    probe = noise_probe_table(exp, cfg)
-    if probe is not None:
-        tables["noise_probe"] = probe
-    else:
-        result.skipped["noise_probe"] = ("no probe runs (tag `probe=1` with metrics `probe/diff`, `probe/var_rollout`, "
-                                         "`probe/var_train` and tag `model_kind`) in this experiment.")
-    for t in tables.values():
-        t.write(out)
-    result.tables = tables
-
-    # ---- figures ------------------------------------------------------------------------------
-    from .figures import FIGURES, FigureContext, MissingInput, draw
-    from .palette import Palette
-
-    ctx = FigureContext(exp, measures, cfg, Palette.from_runs(exp.runs), out, comparisons=comparisons)
-    order = list(FIGURES)
-    if x:  # the requested sweep first
-        order.remove(SWEEP_FIGURE[x])
-        order.insert(0, SWEEP_FIGURE[x])
-    for name in order:
-        if exp.runs.empty:
-            result.skipped[name] = "no training runs."
-            continue
-        try:
-            result.figures[name] = draw(name, ctx)
-        except MissingInput as why:
-            result.skipped[name] = str(why)
+    result.notes += _data_notes(exp, measures, cfg, primary, declared, x)
+    comparisons = _tables(exp, measures, cfg, result, group_by, primary, x)
+    order = _figures(exp, measures, cfg, result, comparisons, x)
 
     result.report_md.write_text(render_markdown(exp, result, cfg, order, x))
     if echo:
@@ -171,6 +106,109 @@ def build_report(
             print(f"analysis: warning: {msg}", file=sys.stderr)
             result.report_md.write_text(render_markdown(exp, result, cfg, order, x))
     return result
+
+
+def resolve_axis(exp: Experiment, x: str | None) -> str | None:
+    """The runs-frame column of ``--x`` (``estimator.n`` -> ``n``); :class:`ConfigError` when no run has the key or
+    its values are not numbers, naming the keys the runs differ in."""
+    if x is None:
+        return None
+    col = axis_column(x)
+    runs = exp.runs
+    values = sorted({str(v) for v in runs[col] if tag_text(v)}) if col in runs else []
+    if values and pd.to_numeric(pd.Series(values), errors="coerce").isna().all():
+        raise ConfigError(f"--x {x}: its values are not numbers ({', '.join(values)}): an axis is numeric; use "
+                          f"--group-by {x} to split the groups by it")
+    if col in knob_columns() or runs.empty or values:
+        return col
+    swept = [c for c in runs.columns if "." in c] + [k for k in knob_columns() if k in runs and runs[k].nunique() > 1]
+    raise ConfigError(f"--x {x}: not a key the runs of {exp.name!r} differ in; they differ in: "
+                      f"{', '.join(swept) or 'no spec key'} (an estimator knob, e.g. n, is always accepted)")
+
+
+def _data_notes(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig, primary: Sequence[tuple],
+                declared: dict | None, x: str | None) -> list[str]:
+    """The notes on the data itself: primary contrasts, probe-only experiments, single seeds, short runs."""
+    notes = []
+    if primary:
+        notes.append(primary_note(exp, primary, declared, (x,) if x else ()))
+    if exp.runs.empty:
+        notes.append("the experiment holds only probe runs: there are no training curves to analyse.")
+    elif exp.runs.groupby("label").size().max() < 2:
+        notes.append("every group has a single seed: confidence intervals (bands, [lo, hi]) need >= 2 seeds "
+                     "per group; point estimates are shown alone.")
+    if len(measures) and measures["n_steps"].max() < cfg.collapse_persist + cfg.smooth_window:
+        notes.append(f"the runs are short (at most {int(measures['n_steps'].max())} steps): the drop-from-peak "
+                     f"rule needs {cfg.collapse_persist} steps below the line, so only non-finite losses can "
+                     "count as collapses here.")
+    return notes
+
+
+def _tables(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig, result: ReportResult,
+            group_by: Sequence[str], primary: Sequence[tuple], x: str | None) -> list:
+    """Build and write every table into ``result``; returns the verdicts (computed once: tables and forest)."""
+    tables: dict[str, Table] = {}
+    comparisons: list = []
+    if len(measures):
+        tables["summary"] = summary_table(exp, measures, cfg)
+        tables["groups"] = groups_table(exp, cfg)
+        tables["runs"] = runs_table(exp, measures, cfg)
+        for tag in group_by:
+            by = marginal_table(exp, measures, cfg, tag)
+            if by is not None:
+                tables[by.name] = by
+        poi = poi_table(exp, measures, cfg)
+        if poi is not None:
+            tables["poi"] = poi
+            comparisons = run_verdicts(exp, measures, cfg, primary, (x,) if x else ())
+            tables["separation"] = separation_table(comparisons, cfg)
+            tables["verdicts"] = verdicts_table(comparisons, cfg)
+        else:
+            result.skipped["poi"] = "probability of improvement and verdicts need >= 2 groups."
+    else:
+        result.skipped["summary"] = "no training runs."
+    along = along_table(exp, cfg) if len(measures) else None
+    if along is not None:
+        tables["along"] = along
+    for knob in dict.fromkeys((*default_axes(), *([x] if x else []))):
+        t = sweep_table(exp, measures, cfg, knob) if len(measures) else None
+        if t is not None:
+            tables[t.name] = t
+        elif x == knob:
+            result.skipped[f"sweep_{knob}"] = f"`--x {knob}` asked for a sweep, but no estimator has runs at >= 2 values of `{knob}`."
+    probe = noise_probe_table(exp, cfg)
+    if probe is not None:
+        tables["noise_probe"] = probe
+    else:
+        result.skipped["noise_probe"] = ("no probe runs (tag `probe=1` with metrics `probe/diff`, `probe/var_rollout`, "
+                                         "`probe/var_train` and tag `model_kind`) in this experiment.")
+    for t in tables.values():
+        t.write(result.out_dir)
+    result.tables = tables
+    return comparisons
+
+
+def _figures(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig, result: ReportResult, comparisons: list,
+             x: str | None) -> list[str]:
+    """Draw every figure into ``result`` (the ``--x`` sweep first); returns the figures' order."""
+    from .figures import FIGURES, FigureContext, MissingInput, draw, draw_sweep
+    from .palette import Palette
+
+    ctx = FigureContext(exp, measures, cfg, Palette.from_runs(exp.runs), result.out_dir, comparisons=comparisons)
+    order = list(FIGURES)
+    if x:  # the requested sweep first: its own figure, or the generic one of any other key
+        if x in SWEEP_FIGURE:
+            order.remove(SWEEP_FIGURE[x])
+        order.insert(0, SWEEP_FIGURE.get(x, "sweep"))
+    for name in order:
+        if exp.runs.empty:
+            result.skipped[name] = "no training runs."
+            continue
+        try:
+            result.figures[name] = draw_sweep(ctx, x) if name == "sweep" else draw(name, ctx)
+        except MissingInput as why:
+            result.skipped[name] = str(why)
+    return order
 
 
 def declared_primary(exp: Experiment) -> dict | None:
@@ -190,7 +228,7 @@ def declared_primary(exp: Experiment) -> dict | None:
     return json.loads(tag) if tag else None
 
 
-def primary_note(exp: Experiment, primary: Sequence[tuple], declared: dict | None) -> str:
+def primary_note(exp: Experiment, primary: Sequence[tuple], declared: dict | None, axes: Sequence[str] = ()) -> str:
     """What the primary contrasts are and whether they were declared before the experiment's first run."""
     import datetime as dt
 
@@ -201,7 +239,7 @@ def primary_note(exp: Experiment, primary: Sequence[tuple], declared: dict | Non
     if unknown:
         names += f" [no group {', '.join(map(repr, unknown))} in this experiment: that contrast is not tested]"
     trends = {c[1] for c in primary if c[0] == "trend"}
-    families = set(ordered_families(exp)) if trends and len(exp.runs) else set()
+    families = set(ordered_families(exp, axes)) if trends and len(exp.runs) else set()
     if trends - families:  # a trend names an ordered family (``family_name`` over x): none of that name, no test
         have = ", ".join(sorted(families)) or "none"
         names += (f" [no ordered family {', '.join(map(repr, sorted(trends - families)))} in this experiment "
@@ -256,20 +294,23 @@ def render_markdown(exp: Experiment, result: ReportResult, cfg: AnalysisConfig, 
     for name in [n for n in t if n.startswith("by_")]:
         md += [f"## {md_text(t[name].title)}", "", t[name].markdown(short=True), "", f"Files: {md_code(name + '.md|csv|tex')}.", ""]
 
-    from .figures import FIGURES
+    from .figures import FIGURES, SWEEP_CAPTION
 
     md += ["## Figures", ""]
     for name in order:
-        md += [f"### {FIGURE_TITLES.get(name, name)}", ""]
+        md += [f"### {FIGURE_TITLES.get(name, f'Sweep over {x}')}", ""]
         if name in result.figures:
-            md += [f"![{name}]({name}.png)", "", f"{FIGURES[name][1]} ([PDF]({name}.pdf))", ""]
+            caption = FIGURES[name][1] if name in FIGURES else SWEEP_CAPTION
+            md += [f"![{name}]({name}.png)", "", f"{caption} ([PDF]({name}.pdf))", ""]
         else:
             md += [f"> **Not drawn**: {result.skipped.get(name, 'inputs missing')}", ""]
         if name == "n_sweep" and "sweep_n" in t:
             md += [t["sweep_n"].markdown(with_title=True, short=True), ""]
         if name == "tis_sensitivity" and "sweep_clip_c" in t:
             md += [t["sweep_clip_c"].markdown(with_title=True, short=True), ""]
-        if name == SWEEP_FIGURE.get(x or "") and f"sweep_{x}" in result.skipped:
+        if name == "sweep" and f"sweep_{x}" in t:
+            md += [t[f"sweep_{x}"].markdown(with_title=True, short=True), ""]
+        if name == SWEEP_FIGURE.get(x or "", "sweep") and f"sweep_{x}" in result.skipped:
             md += [f"> {result.skipped[f'sweep_{x}']}", ""]
 
     if "along" in t:
@@ -294,7 +335,7 @@ def render_markdown(exp: Experiment, result: ReportResult, cfg: AnalysisConfig, 
 def terminal_text(exp: Experiment, result: ReportResult) -> str:
     parts = [f"# {exp.name}: {len(exp.runs)} training runs, {exp.runs['label'].nunique() if len(exp.runs) else 0} groups"]
     parts += [f"note: {n}" for n in result.notes]
-    for name in ("summary", "groups", *[n for n in result.tables if n.startswith("by_")], "sweep_n", "sweep_clip_c",
+    for name in ("summary", "groups", *[n for n in result.tables if n.startswith(("by_", "sweep_"))],
                  "noise_probe", "poi", "separation"):
         if name in result.tables:
             parts.append(result.tables[name].terminal())

@@ -16,18 +16,16 @@ import pandas as pd
 
 from . import power
 from .config import AnalysisConfig
-from .labels import family_name, sweep_families
+from .labels import default_axes, family_name, sweep_families
 from .load import Experiment
 from .tables import Table
 from .verdicts import SEPARATES, TOO_FEW, Comparison, frame, verdicts
 
-TREND_AXES = ("n", "clip_c")
-
-
-def ordered_families(exp: Experiment) -> dict[str, list[tuple[float, str]]]:
-    """The ordered sweep families of the experiment (>= 3 levels of n or C): ``{name over x: [(x, label)]}``."""
+def ordered_families(exp: Experiment, axes: Sequence[str] = ()) -> dict[str, list[tuple[float, str]]]:
+    """The ordered sweep families of the experiment (>= 3 levels of one axis): ``{name over x: [(x, label)]}``.
+    The axes: the knobs the registry declares axes (``n``, ``clip_c``), then ``axes`` (``report --x``)."""
     out = {}
-    for x in TREND_AXES:
+    for x in dict.fromkeys((*default_axes(), *axes)):
         if x not in exp.runs:
             continue
         for g in sweep_families(exp.runs, x, None).values():
@@ -38,10 +36,10 @@ def ordered_families(exp: Experiment) -> dict[str, list[tuple[float, str]]]:
 
 
 def run_verdicts(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig,
-                 primary: Iterable[tuple] = ()) -> list[Comparison]:
+                 primary: Iterable[tuple] = (), axes: Sequence[str] = ()) -> list[Comparison]:
     """Every comparison of ``exp`` (pairs on each endpoint, ordered trends), families, Holm/BH and verdicts."""
     return verdicts(measures, exp.labels, exp.runs, alpha=cfg.alpha, min_seeds=cfg.min_seeds,
-                    endpoints=cfg.endpoint_list, primary=primary, trends=ordered_families(exp),
+                    endpoints=cfg.endpoint_list, primary=primary, trends=ordered_families(exp, axes),
                     reps=cfg.bootstrap_reps, seed=cfg.seed)
 
 

@@ -86,7 +86,7 @@ def run_once(overrides: list[str], estimator: str, mode: str, steps: int, warmup
             t = time.perf_counter()
             values = trainer.run_step()
             times.append(time.perf_counter() - t)
-            sides.append(rollout_side(values, trainer.estimator.needs.passes is not None))
+            sides.append(rollout_side(values, trainer.estimator.passes() > 0))
     finally:
         trainer.close()
     return times[warmup:], sides[warmup:]

@@ -76,7 +76,7 @@ def overrides(estimator: str, model: Path, work: Path, gpus: int, multi_turn: bo
     if needs.replay or registry.get(estimator).verl.router_replay:  # Megatron's router replay (R3, R2)
         return [*common, "model=qwen3_30b_a3b", "verl.parallel.tp=1", "verl.parallel.ep=1", "verl.parallel.etp=1",
                 "verl.parallel.cpu_adam=false"]
-    extra = [f"estimator.{needs.passes}=2"] if needs.passes else []  # fewer inference passes, for one GPU
+    extra = ["estimator.n=2"] if "n" in registry.get(estimator).param_names() else []  # fewer passes, for one GPU
     # the smoke runs the experimental paths too (verl.experimental_rais: read by rais's verl check only)
     return [*common, "model=qwen3_30b_a3b_fsdp", "verl.parallel.cpu_adam=false", "verl.experimental_rais=true",
             *extra]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("harness", "analysis")
-LEAVES = ("harness.errors", "harness.metrics", "harness.curves", "harness.uri", "harness.history",
+LEAVES = ("harness.errors", "harness.metrics", "harness.curves", "harness.collapse", "harness.uri", "harness.history",
           "harness.overrides", "harness.provenance", "harness.http_store")
 REGISTRIES = ("harness.estimators", "harness.tasks", "harness.backends")
 TOP = ("harness.launch", "harness.sweep", "harness.tune", "harness.status")
@@ -132,7 +132,9 @@ def layer_violations(g: dict[str, set[str]]) -> list[str]:
         for dst in sorted(dsts):
             if _under(src, LEAVES) and not _under(dst, LEAVES):
                 bad.append(f"leaf {src} imports {dst}")
-            elif src.startswith("harness") and not _under(src, TOP) and (dst.startswith("analysis") or _under(dst, TOP)):
+            elif src.startswith("harness") and dst.startswith("analysis"):  # issue 43: not even the entry points
+                bad.append(f"harness {src} imports {dst} (analysis sits above harness)")
+            elif src.startswith("harness") and not _under(src, TOP) and _under(dst, TOP):
                 bad.append(f"core {src} imports {dst}")
             elif src.startswith("analysis") and dst.startswith("harness") and not _under(dst, LEAVES + REGISTRIES):
                 bad.append(f"analysis {src} imports {dst} (only the leaves and the registries)")
@@ -155,6 +157,33 @@ def test_the_spec_imports_no_backend():
                  for dst in dsts if dst.startswith("harness.backends."))
     assert not bad, "\n".join(bad)
     assert "harness.backends" in g["harness.spec.schema"]
+
+
+def test_loading_the_spec_loads_no_backend_package():
+    """At run time too (issue 43): the registry declares the sections backends add to the spec by module, so
+    ``import harness.spec`` leaves every backend package (``harness.backends.local``, ``.verl``) unloaded; the
+    static check above cannot see ``importlib`` (it used to load 4 backend modules this way)."""
+    import subprocess
+    import sys
+
+    from harness import backends
+
+    code = ("import sys, harness.spec; from harness import backends; print(sorted(m for m in sys.modules for p in "
+            "backends._PACKAGES.values() if m == p or m.startswith(p + '.')))")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]", res.stdout
+    for name, section, cls in backends.sections():  # what the registry says is what each backend declares
+        assert backends.get(name).section == (section, cls)
+    assert [s for _, s, _ in backends.sections()] == ["verl"]
+
+
+def test_no_circle_in_the_launch_layer_even_under_type_checking(monkeypatch):
+    """Issue 43: ``launch/tune/spec.py`` and ``study.py`` imported each other (study's side type-only); the sampler
+    and pruner now sit below both (``tune/algorithms.py``). Checked with the ``TYPE_CHECKING`` imports counted."""
+    monkeypatch.setitem(globals(), "_is_type_checking", lambda test: False)  # count the type-only imports
+    g = {m: d for m, d in graph().items() if _under(m, ("harness.launch",))}
+    assert find_cycle(g) is None, find_cycle(g)
 
 
 def test_layers():

@@ -6,7 +6,9 @@
 Each backend declares itself once, as ``BACKEND`` in its package (``harness/backends/<name>/__init__.py``).
 The registry names those packages and imports one when it is first asked for (like an entry point), so
 neither importing the registry nor validating a spec loads torch or verl, and the core modules that
-validate specs (``harness.spec``) do not depend on the modules that train them.
+validate specs (``harness.spec``) do not depend on the modules that train them. The sections a backend adds
+to the spec are declared here too, by module (``_SECTIONS``: verl's ``harness.backends.verl_section``), so
+that loading the spec imports no backend package (``tests/test_layers.py`` checks ``sys.modules``).
 """
 from __future__ import annotations
 
@@ -20,6 +22,9 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Backend", "names", "get", "sections"]
 
 _PACKAGES = {"local": "harness.backends.local", "verl": "harness.backends.verl"}
+#: backend -> (section name, module, dataclass) of the spec section it contributes: what ``BACKEND.section`` says,
+#: readable without importing the backend's package
+_SECTIONS = {"verl": ("verl", "harness.backends.verl_section", "VerlConfig")}
 
 
 @dataclass(frozen=True)
@@ -88,5 +93,7 @@ def get(name: str) -> Backend:
 
 
 def sections() -> tuple[tuple[str, str, type], ...]:
-    """``(backend, section name, dataclass)`` of every section a backend contributes to the spec, in registry order."""
-    return tuple((name, *get(name).section) for name in _PACKAGES if get(name).section is not None)
+    """``(backend, section name, dataclass)`` of every section a backend contributes to the spec, in registry order;
+    no backend package is imported."""
+    return tuple((name, section, getattr(importlib.import_module(module), cls))
+                 for name in _PACKAGES if name in _SECTIONS for section, module, cls in [_SECTIONS[name]])

@@ -9,7 +9,7 @@ import pkgutil
 from typing import Any, Mapping
 
 from harness.estimators.base import (REGISTRY, Estimator, Needs, OldPolicy, Params, PolicyForward, Style, Verl,
-                                     build, label_from, parameters)
+                                     axes, build, label_from, parameters)
 
 for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
     importlib.import_module(f"{__name__}.{_module}")
@@ -36,4 +36,4 @@ def label(name: str, values: Mapping[str, Any]) -> str:
 
 
 __all__ = ["REGISTRY", "NAMES", "Estimator", "Needs", "OldPolicy", "Params", "PolicyForward",
-           "Style", "Verl", "build", "get", "label", "parameters", "rank"]
+           "Style", "Verl", "axes", "build", "get", "label", "parameters", "rank"]

@@ -93,16 +93,19 @@ class OldPolicyContext(Protocol):
 
 
 # --------------------------------------------------------------------------------- declarations
-def knob(label: Optional[str] = None, doc: str = "") -> Any:
+def knob(label: Optional[str] = None, doc: str = "", axis: bool = False, default: Any = dataclasses.MISSING) -> Any:
     """A parameter field. ``label``: its short name in the estimator's label (``"C"`` -> ``tis(C=2,...)``,
-    ``""`` -> the bare value, ``None`` -> not in the label)."""
-    return field(metadata={"label": label, "doc": doc})
+    ``""`` -> the bare value, ``None`` -> not in the label). ``axis``: a sweep axis the analysis tables, plots and
+    trend-tests by default (any numeric knob is one with ``report --x KNOB``). ``default``: the knob's one default
+    (the spec's estimator section takes it where the knob is unset); none: the knob is required."""
+    return field(default=default, metadata={"label": label, "doc": doc, "axis": axis})
 
 
 @dataclass
 class Params:
-    """An estimator's parameters: subclasses add typed fields (:func:`knob`) and check their values in
-    ``validate``, raising ``ConfigError("estimator.<field>", ...)``. A field is required (null refused)."""
+    """An estimator's parameters, the schema of its part of the spec: subclasses add typed fields with their
+    defaults and axis flags (:func:`knob`) and check their values in ``validate``, raising
+    ``ConfigError("estimator.<field>", ...)``. A field without a default is required (null refused)."""
 
     def validate(self) -> None:
         pass
@@ -114,7 +117,6 @@ class Needs:
 
     router: bool = False  # an MoE router (router log-probs or routed experts): refused on a dense model
     replay: bool = False  # the inference engine's routed experts, replayed in the training forwards
-    passes: Optional[str] = None  # the parameter giving its number of fresh inference passes per step
     deterministic: bool = False  # a batch-invariant, fixed-order inference engine
 
 
@@ -169,8 +171,12 @@ class Estimator:
     camp: ClassVar[str] = ""  # the family of fixes it belongs to (baseline, re-weighting, ...): figure panels
     verl: ClassVar[Optional[Verl]] = None  # None: the verl backend refuses it
 
-    def __init__(self, cfg: "EstimatorConfig"):
-        self.params = self.parse(cfg)
+    def __init__(self, params: Params):
+        self.params = params
+
+    def passes(self) -> int:
+        """Fresh inference passes per step this estimator needs (the rollout side makes them: mean_n's n)."""
+        return 0
 
     def old_policy(self, ctx: OldPolicyContext) -> OldPolicy:
         raise NotImplementedError
@@ -211,18 +217,29 @@ class Estimator:
     @classmethod
     def parse(cls, values: Any) -> Params:
         """The estimator's ``Params`` from a config carrying every registered parameter (``EstimatorConfig``):
-        its own are required, the others must be unset; then its own ``validate``."""
+        its own take their ``Params`` defaults where unset (one without a default is required), the others must be
+        unset; then its own ``validate``."""
         used = cls.param_names()
+        defaults = cls.defaults()
         for knob_ in parameters():
             value = getattr(values, knob_, None)
-            if knob_ in used and value is None:
+            if knob_ in used and value is None and knob_ not in defaults:
                 raise ConfigError(f"estimator.{knob_}", f"required by estimator {cls.name}")
             if knob_ not in used and value is not None:
+                takers = [n for n in sorted(REGISTRY, key=lambda n: (REGISTRY[n].rank, n))
+                          if knob_ in REGISTRY[n].param_names()]
                 raise ConfigError(f"estimator.{knob_}", f"not a parameter of estimator {cls.name} "
-                                  f"(its parameters: {', '.join(used) or 'none'})")
-        params = cls.Params(**{k: getattr(values, k) for k in used})
+                                  f"(its parameters: {', '.join(used) or 'none'}); {knob_} is a parameter of "
+                                  f"{', '.join(takers)}")
+        given = {k: getattr(values, k, None) for k in used}
+        params = cls.Params(**{k: v for k, v in given.items() if v is not None})
         params.validate()
         return params
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """The defaults its ``Params`` declare (a knob without one is absent)."""
+        return {f.name: f.default for f in dataclasses.fields(cls.Params) if f.default is not dataclasses.MISSING}
 
     @classmethod
     def label(cls, values: Mapping[str, Any]) -> str:
@@ -265,6 +282,15 @@ def parameters() -> dict[str, Any]:
     return out
 
 
+def axes() -> tuple[str, ...]:
+    """The parameters some registered estimator declares a sweep axis (``knob(..., axis=True)``), in the order
+    :func:`parameters` lists them."""
+    out: dict[str, None] = {}
+    for name in sorted(REGISTRY):
+        out.update({f.name: None for f in dataclasses.fields(REGISTRY[name].Params) if f.metadata.get("axis")})
+    return tuple(out)
+
+
 def build(cfg: "EstimatorConfig") -> Estimator:
-    """The estimator of ``cfg`` (REGISTRY is full: importing this module ran the package's ``__init__``)."""
-    return REGISTRY[cfg.name](cfg)
+    """The estimator of the spec's section ``cfg``, with the ``Params`` the section parsed once (``cfg.params``)."""
+    return REGISTRY[cfg.name](cfg.params)

@@ -31,7 +31,7 @@ NOISE = ("removed", "frozen")
 
 @dataclass
 class Noise(Params):
-    noise: str = knob("", "removed (deterministic inference) | frozen (a fixed projection: a biased arm)")
+    noise: str = knob("", "removed (deterministic inference) | frozen (a fixed projection: a biased arm)", default="removed")
 
     def validate(self) -> None:
         one_of(self.noise, NOISE, "estimator.noise")

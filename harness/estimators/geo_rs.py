@@ -55,8 +55,8 @@ def geo_rs_keep(logp_rec: Tensor, logp_roll: Tensor, mask: Tensor, lower: float,
 class GeoBand(Params):
     """The band [lower, upper] of the geometric-mean ratio a sequence must lie in."""
 
-    lower: float = knob("lo", "lower bound of the geometric-mean ratio, in (0, 1]")
-    upper: float = knob("hi", "upper bound of the geometric-mean ratio, >= 1")
+    lower: float = knob("lo", "lower bound of the geometric-mean ratio, in (0, 1]", default=0.98)
+    upper: float = knob("hi", "upper bound of the geometric-mean ratio, >= 1", default=1.02)
 
     def validate(self) -> None:
         if not (0 < self.lower <= 1 <= self.upper and math.isfinite(self.upper)):

@@ -33,8 +33,9 @@ LOG_CLIP_ENV = "HARNESS_GMPO_LOG_CLIP"
 
 @dataclass
 class GeoClip(Floor):
-    gamma_min: float = knob("gmin", "floor of gamma, in (0, 1]; 1 = no router shift (gamma <= 1): plain GMPO")
-    log_clip: float = knob("eps", "GMPO's clip range in log space: token ratios kept in [exp(-eps), exp(eps)]; > 0")
+    gamma_min: float = knob("gmin", "floor of gamma, in (0, 1]; 1 = no router shift (gamma <= 1): plain GMPO", default=0.8)
+    log_clip: float = knob("eps", "GMPO's clip range in log space: token ratios kept in [exp(-eps), exp(eps)]; > 0",
+                            default=0.4)
 
     def validate(self) -> None:
         super().validate()

@@ -28,8 +28,8 @@ def icepop_weights(logp_rec: Tensor, logp_roll: Tensor, mask: Tensor, alpha: flo
 
 @dataclass
 class Band(Params):
-    alpha: float = knob(None, "lower bound of the band, in (0, 1)")
-    beta: float = knob(None, "upper bound of the band, > 1")
+    alpha: float = knob(None, "lower bound of the band, in (0, 1)", default=0.5)
+    beta: float = knob(None, "upper bound of the band, > 1", default=5.0)
 
     def validate(self) -> None:
         if not 0 < self.alpha < 1 < self.beta:

@@ -39,7 +39,7 @@ def log_mean_prob(logps: Tensor) -> Tensor:
 
 @dataclass
 class Passes(Params):
-    n: int = knob("n", "number of fresh inference passes")
+    n: int = knob("n", "number of fresh inference passes", axis=True, default=8)
 
     def validate(self) -> None:
         if self.n < 1:
@@ -65,12 +65,14 @@ def _verl_check(cfg) -> None:
 class MeanN(Estimator):
     name = "mean_n"
     Params = Passes
-    needs = Needs(passes="n")
     rank = 6
     style = Style("orange", "-")
     camp = "sampling noise"
     verl = Verl(bypass=True, agent_loop=AGENT_LOOP, tool_agent_loop=TOOL_AGENT_LOOP, harness=lambda p: {"mean_n": p.n},
                 check=_verl_check)
+
+    def passes(self) -> int:
+        return self.params.n
 
     def old_policy(self, ctx) -> OldPolicy:
         """pi_old = log_mean_prob of the n passes; a token that no pass keeps (log-prob -inf in all n: processed

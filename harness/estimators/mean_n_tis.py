@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.estimators.base import Estimator, Needs, OldPolicy, Style, Verl, register
+from harness.estimators.base import Estimator, OldPolicy, Style, Verl, knob, register
 from harness.estimators.mean_n import AGENT_LOOP, Passes, _verl_check, log_mean_prob
 from harness.estimators.tis import tis_weights
 from harness.estimators.weights import CappedRatio
@@ -29,7 +29,9 @@ from harness.estimators.weights import CappedRatio
 
 @dataclass
 class PassesAndCap(CappedRatio, Passes):
-    """n passes, a cap C > 1 and a level."""
+    """n passes, a cap C > 1 and a level (sequence by default)."""
+
+    level: str = knob("", "token | sequence", default="sequence")
 
     def validate(self) -> None:
         Passes.validate(self)
@@ -40,12 +42,14 @@ class PassesAndCap(CappedRatio, Passes):
 class MeanNTIS(Estimator):
     name = "mean_n_tis"
     Params = PassesAndCap
-    needs = Needs(passes="n")
     rank = 7
     style = Style("teal", "--")
     camp = "re-weighting"
     verl = Verl(correction=lambda p: {"rollout_is": p.level, "rollout_is_threshold": float(p.clip_c)},
                 agent_loop=AGENT_LOOP, harness=lambda p: {"mean_n": p.n}, check=_verl_check)
+
+    def passes(self) -> int:
+        return self.params.n
 
     def old_policy(self, ctx) -> OldPolicy:
         p = self.params

@@ -12,10 +12,11 @@ k1 = -log rho in [log(1/C), +inf)  <=>  rho <= C).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from harness import metrics as M
-from harness.estimators.base import Estimator, OldPolicy, Style, Verl, register
+from harness.estimators.base import Estimator, OldPolicy, Style, Verl, knob, register
 from harness.estimators.weights import CappedRatio, importance_ratio
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -39,10 +40,17 @@ def verl_correction(p: CappedRatio) -> dict[str, Any]:
             "rollout_rs": "token_k1" if p.level == "token" else "seq_sum_k1", "rollout_rs_threshold": f"{1.0 / c!r}_inf"}
 
 
+@dataclass
+class SequenceCap(CappedRatio):
+    """MIS's cap, at sequence level by default."""
+
+    level: str = knob("", "token | sequence", default="sequence")
+
+
 @register
 class MIS(Estimator):
     name = "mis"
-    Params = CappedRatio
+    Params = SequenceCap
     rank = 3
     style = Style("brown", "--")
     camp = "re-weighting"

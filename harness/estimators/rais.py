@@ -39,7 +39,7 @@ def rais_ratio(ratio: Tensor, gamma: Tensor, gamma_min: float) -> Tensor:
 
 @dataclass
 class Floor(Params):
-    gamma_min: float = knob(None, "floor of gamma, in (0, 1]")
+    gamma_min: float = knob(None, "floor of gamma, in (0, 1]", default=0.8)
 
     def validate(self) -> None:
         if not 0 < self.gamma_min <= 1:

@@ -40,8 +40,8 @@ def importance_ratio(logp_rec: Tensor, logp_roll: Tensor, mask: Tensor, level: s
 class CappedRatio(Params):
     """A cap C > 1 on the ratio rho, at token or sequence level."""
 
-    clip_c: float = knob("C", "the cap C")
-    level: str = knob("", "token | sequence")
+    clip_c: float = knob("C", "the cap C", axis=True, default=2.0)
+    level: str = knob("", "token | sequence", default="token")
 
     def validate(self) -> None:
         if not self.clip_c > 1:

@@ -104,9 +104,7 @@ def validate(spec: SweepSpec, runs: list[PlannedRun] | None = None) -> list[Plan
         except ConfigError as exc:
             errors.append((r, exc))
     if errors:
-        lines = [f"{r.label}: {exc}" for r, exc in errors[:10]]
-        if len(errors) > 10:
-            lines.append(f"... and {len(errors) - 10} more invalid runs")
+        lines = error_lines(errors, len(runs))
         raise SweepError(f"sweep {spec.name}: {len(errors)} of {len(runs)} runs invalid, nothing submitted:\n  "
                          + "\n  ".join(lines), key=errors[0][1].key)
     # launcher vs runs: each run's backend says what it needs
@@ -116,6 +114,25 @@ def validate(spec: SweepSpec, runs: list[PlannedRun] | None = None) -> list[Plan
             key, message = problem
             raise SweepError(message, key=key)
     return dedupe(runs)
+
+
+def error_lines(errors: list[tuple[PlannedRun, ConfigError]], total: int, most: int = 10) -> list[str]:
+    """One line per distinct error: a message every run shares is said once (a bad key in ``base``: ``all 26 runs:
+    trainer.lrr: unknown key ...``), one some runs share names the first with the count of the others; at most
+    ``most`` lines."""
+    by_message: dict[str, list[PlannedRun]] = {}
+    for r, exc in errors:
+        by_message.setdefault(str(exc), []).append(r)
+    lines = []
+    for message, rs in by_message.items():
+        if len(rs) == total > 1:
+            lines.append(f"all {total} runs: {message}")
+        else:
+            more = len(rs) - 1
+            lines.append(f"{rs[0].label}: {message}" + (f" (the same for {more} more run{'s' * (more > 1)})" if more else ""))
+    if len(lines) > most:
+        lines = lines[:most] + [f"... and {len(lines) - most} more distinct errors"]
+    return lines
 
 
 def dedupe(runs: list[PlannedRun]) -> list[PlannedRun]:

@@ -3,8 +3,8 @@
 One row per run: its name, signature, the Slurm (or local) job, the state (the run's own result
 when it is finished in the sweep's store, as ``harness.sweep`` decides: finished / diverged / pruned; else the scheduler's: PENDING, RUNNING, ...; else
 what submitit's result files say), the last logged step, the smoothed reward there, and whether
-the reward curve has collapsed (the report's own rule: ``analysis.measures.collapse_onset_index``
-with the defaults of ``analysis.config``). The reward is the report's **final** reward
+the reward curve has collapsed (the report's own rule: ``harness.collapse.collapse_onset_index``
+with its defaults). The reward is the report's **final** reward
 (``harness.curves.final``: the mean of the last 10 logged rewards), the same number as the run line.
 Progress comes
 from MLflow (``harness.launch.progress``) (the run with the signature's ``spec_sig`` tag in the sweep's experiment). For an
@@ -17,8 +17,8 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Optional
 
-from analysis.config import AnalysisConfig
 from harness import curves
+from harness.collapse import CollapseRule
 from harness.launch.cli import cli, format_table, split_args
 from harness.launch.expand import validate
 from harness.launch.jobs import JobsDB, job_states
@@ -50,7 +50,7 @@ class RunStatus:
 
 
 def sweep_status(spec: SweepSpec) -> list[RunStatus]:
-    from analysis.measures import collapse_onset_index  # pandas, scipy: not on the CLI's start-up path
+    from harness.collapse import collapse_onset_index
 
     runs = validate(spec)
     db = JobsDB(spec.sweep_dir)
@@ -62,7 +62,7 @@ def sweep_status(spec: SweepSpec) -> list[RunStatus]:
     except Exception as exc:  # noqa: BLE001 - status must still show the scheduler's view
         print(f"warning: cannot read MLflow at {redact(uri)}: {exc}", file=sys.stderr)
         progress, finished = {}, set()
-    acfg = AnalysisConfig()
+    rule = CollapseRule()
     rows = []
     for r in runs:
         rec = db.runs.get(r.signature, {})
@@ -82,8 +82,8 @@ def sweep_status(spec: SweepSpec) -> list[RunStatus]:
         step = reward = onset = None
         if p and p["rewards"]:
             step = p["steps"][-1] + 1
-            reward = curves.final(p["rewards"], acfg.final_window)
-            i = collapse_onset_index(p["rewards"], acfg, p["losses"])
+            reward = curves.final(p["rewards"], curves.DEFAULT_FINAL_WINDOW)
+            i = collapse_onset_index(p["rewards"], rule, p["losses"])
             onset = p["steps"][i] if i is not None and i < len(p["steps"]) else i
         rows.append(RunStatus(run=r.name or spec.name, signature=r.signature, job=jid, state=state, step=step,
                               steps=r.cfg.trainer.steps, reward=reward, collapsed=onset,

@@ -10,7 +10,9 @@ used), and a ``config.yaml`` of one's own replaces the shipped one.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -56,11 +58,9 @@ def _no_shadowing(dirs: list[Path]) -> None:
 
 
 def _schema_node() -> dict[str, Any]:
-    """The base of a composition: the schema's defaults, the estimator section without parameters (an estimator's
-    preset, ``experiments/estimator/<name>.yaml``, sets its own)."""
-    node = defaults()
-    node["estimator"] = {"name": node["estimator"]["name"]}
-    return node
+    """The base of a composition: the schema's defaults (the estimator section: every registered knob unset; the
+    chosen estimator's take their ``Params`` defaults when the spec is built, a preset sets only what differs)."""
+    return defaults()
 
 
 def _hydra_compose(overrides: list[str], config_name: str, dirs: list[Path]) -> dict[str, Any]:
@@ -88,16 +88,64 @@ def compose(overrides: list[str], config_name: str = "config", dirs: Sequence[Pa
 
     dirs = list(dirs or config_dirs())
     _no_shadowing(dirs)
-    for ov in overrides:
+    for i, ov in enumerate(overrides):
         key, sep, value = ov.lstrip("+~").partition("=")
+        if not sep and not ov.startswith("~"):  # ``~key`` deletes; anything else needs its value
+            nxt = overrides[i + 1] if i + 1 < len(overrides) else "VALUE"
+            raise ConfigError(ov, f"an override is key=value (no spaces around '='): write {ov}={nxt}")
         if sep and key in GROUPS:
             options = group_options(key, dirs)
             if value not in options:
                 raise ConfigError(key, f"unknown value {value!r}; allowed: {', '.join(options)}")
     try:
-        return _hydra_compose(list(overrides), config_name, dirs)
+        return _compose_fast(list(overrides), config_name, dirs) or _hydra_compose(list(overrides), config_name, dirs)
     except (HydraException, OmegaConfBaseException) as exc:
         raise _explain(exc, list(overrides), config_name, dirs) from None
+
+
+def _compose_fast(overrides: list[str], config_name: str, dirs: list[Path]) -> dict[str, Any] | None:
+    """Hydra's composition of ``overrides`` without a Hydra run per spec: the config groups chosen (``estimator=tis``,
+    ``model=...``) composed once per distinct choice (cached), then each ``key=value`` set on a copy, its value parsed
+    by Hydra's own override grammar. That is what Hydra does (groups build the defaults list, values are applied
+    after it, in order), so a sweep of N runs composes once per choice of groups. None (compose the Hydra way, with
+    its errors) for anything else: a new or deleted key (``+k``, ``~k``), a key the spec lacks, a section or mapping
+    value, an interpolation, a sweep value."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception:  # noqa: BLE001 - Hydra's own path says what is wrong
+        return None
+    groups, values = [], []
+    for text, ov in zip(overrides, parsed):
+        if ov.is_add() or ov.is_delete() or ov.is_force_add() or ov.is_sweep_override() or ov.package is not None:
+            return None
+        (groups if ov.key_or_group in GROUPS else values).append((text, ov))
+    base = _composed(tuple(t for t, _ in groups), config_name, tuple(dirs), _stamp(dirs))
+    spec = copy.deepcopy(base)
+    for _, ov in values:
+        *path, leaf = ov.key_or_group.split(".")
+        node: Any = spec
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        value = ov.value()
+        if (not isinstance(node, dict) or leaf not in node or isinstance(node[leaf], dict) or isinstance(value, dict)
+                or (isinstance(value, str) and "${" in value) or path[:1] == ["hydra"]):
+            return None
+        node[leaf] = value
+    return spec
+
+
+def _stamp(dirs: list[Path]) -> tuple:
+    """Every config file's path, modification time and size: a file edited since is composed anew."""
+    return tuple(sorted((str(p), p.stat().st_mtime_ns, p.stat().st_size) for d in dirs for p in Path(d).rglob("*.yaml")))
+
+
+@functools.lru_cache(maxsize=64)
+def _composed(groups: tuple[str, ...], config_name: str, dirs: tuple[Path, ...], stamp: tuple) -> dict[str, Any]:
+    """The Hydra composition of a choice of config groups (kept: copy before changing it); ``stamp``: the config
+    files' state it was composed from."""
+    return _hydra_compose(list(groups), config_name, list(dirs))
 
 
 def _explain(exc: Exception, overrides: list[str], config_name: str, dirs: list[Path]) -> ConfigError:
@@ -146,7 +194,7 @@ def _unknown_key(key: str, overrides: list[str], config_name: str, dirs: list[Pa
         return f"unknown key: the spec has no section {parent!r}"
     if parent == "estimator":
         name = node.get("name")
-        own = [k for k in node if k != "name"]
+        own = list(estimators.get(name).param_names()) if name in estimators.REGISTRY else []
         takers = [n for n in estimators.NAMES
                   if any(f.name == leaf for f in dataclasses.fields(estimators.get(n).Params))]
         return (f"not a parameter of {name} (its parameters: {', '.join(own) or 'none'})"

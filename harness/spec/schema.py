@@ -25,17 +25,34 @@ from harness.uri import home, redact, resolve_tracking_uri
 DTYPES = ("bfloat16", "float16", "float32")
 
 
+class _EstimatorSection:
+    """The behaviour of ``EstimatorConfig``: the run's estimator's unset knobs take their ``Params`` defaults when the
+    section is built, and ``params`` is that estimator's ``Params`` (one parser, ``Estimator.parse``; not memoized:
+    the section stays a plain dataclass whose ``vars`` are its keys)."""
+
+    def __post_init__(self) -> None:
+        if self.name in estimators.REGISTRY:
+            for k, v in estimators.get(self.name).defaults().items():
+                if getattr(self, k) is None:
+                    setattr(self, k, v)
+
+    @property
+    def params(self) -> "estimators.Params":
+        """The estimator's own ``Params`` (``Estimator.parse``: its knobs, the others refused, its ``validate``)."""
+        return estimators.get(self.name).parse(self)
+
+
 def _estimator_config() -> type:
     """``EstimatorConfig``: ``name`` plus every parameter of every registered estimator (``harness.estimators``),
-    each optional (null = unset). ``validate`` requires the run's estimator's own and refuses the others; an
-    estimator's defaults live in its ``experiments/estimator/<name>.yaml`` preset, its types and checks in its
-    ``Params``."""
+    each optional (null = unset, the flat layout every stored spec has). The run's estimator's knobs take the
+    defaults its ``Params`` declare (their one home), ``params`` parses them once, and the others must stay unset;
+    the types and checks are the ``Params``'."""
     params = estimators.parameters()
     legacy = [k for k in identity.LEGACY_ESTIMATOR_PARAMS if k in params]
     extra = sorted(set(params) - set(legacy))
     cls = dataclasses.make_dataclass(
         "EstimatorConfig", [("name", str, field(default="recompute"))]
-        + [(k, Optional[params[k]], field(default=None)) for k in (*legacy, *extra)])
+        + [(k, Optional[params[k]], field(default=None)) for k in (*legacy, *extra)], bases=(_EstimatorSection,))
     cls.__module__ = __name__
     cls.__doc__ = _estimator_config.__doc__
     return cls

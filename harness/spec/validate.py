@@ -68,7 +68,7 @@ def estimator(cfg: RunConfig) -> None:
     """The name is registered; the estimator's ``Params`` check its own parameters and refuse the others."""
     e = cfg.estimator
     _one_of(e.name, estimators.NAMES, "estimator")
-    estimators.get(e.name).parse(e)
+    e.params  # its Params: its own knobs parsed, the others refused, its checks
 
 
 def model(cfg: RunConfig) -> None:

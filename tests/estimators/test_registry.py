@@ -24,12 +24,16 @@ def test_the_package_is_discovered_and_imports_no_torch():
 
 @pytest.mark.parametrize("name", estimators.NAMES)
 def test_each_estimator_has_its_yaml_and_its_default_spec_validates(name):
+    """Its ``Params`` hold its defaults (their one home): the preset restates none of them, and a section naming only
+    the estimator, built in code or composed, carries them and parses to the ``Params`` defaults."""
     est = estimators.get(name)
     preset = yaml.safe_load((EXPERIMENTS / "estimator" / f"{name}.yaml").read_text())
-    assert preset["name"] == name and set(preset) - {"name"} == set(est.param_names())
+    assert preset == {"name": name}
     cfg = load([f"estimator={name}"])
-    assert est.parse(cfg.estimator) == est.Params(**{k: preset[k] for k in est.param_names()})
-    assert est.label(preset).startswith(name)
+    assert cfg.estimator.params == est.Params() == EstimatorConfig(name=name).params
+    assert cfg.estimator == EstimatorConfig(name=name)
+    assert {k: getattr(cfg.estimator, k) for k in est.param_names()} == est.defaults() == dataclasses.asdict(est.Params())
+    assert est.label(est.defaults()).startswith(name)
 
 
 def test_estimator_config_is_the_union_of_the_registered_parameters():
@@ -57,7 +61,7 @@ def test_a_parameter_registered_later_enters_the_signature_only_when_set():
 
 @pytest.mark.parametrize("overrides, key, text", [
     (["estimator=rollout", "+estimator.extra=1"], "estimator.extra", "unknown key"),
-    (["estimator=tis", "estimator.level=null"], "estimator.level", "required by estimator tis"),
+    (["estimator=tis", "estimator.level=blob"], "estimator.level", "token, sequence"),
     (["estimator=icepop", "estimator.beta=0.9"], "estimator.alpha", "0 < alpha < 1 < beta"),
     (["estimator=rais", "estimator.gamma_min=0"], "estimator.gamma_min", "(0, 1]"),
     (["estimator=mean_n", "estimator.n=65"], "estimator.n", "<= 64"),
@@ -92,9 +96,10 @@ def test_labels_ranks_and_styles():
 
 def test_needs_are_declared_where_the_formula_uses_them():
     by_need = {k: {n for n in estimators.NAMES if getattr(estimators.get(n).needs, k)}
-               for k in ("router", "replay", "passes", "deterministic")}
+               for k in ("router", "replay", "deterministic")}
     assert by_need["replay"] <= by_need["router"]
-    for name in by_need["passes"]:
-        assert estimators.get(name).needs.passes in estimators.get(name).param_names()
+    passes = {n: estimators.build(EstimatorConfig(name=n, n=3) if "n" in estimators.get(n).param_names()
+                                  else EstimatorConfig(name=n)).passes() for n in estimators.NAMES}
+    assert {n for n, k in passes.items() if k} == {"mean_n", "mean_n_tis"} and set(passes.values()) == {0, 3}
     with pytest.raises(ConfigError, match="needs a router"):
         load(["model=dense_tiny", f"estimator={sorted(by_need['router'])[0]}"])

@@ -121,7 +121,18 @@ def test_one_invalid_run_names_the_run_and_the_key(tmp_path):
     msg = str(e.value)
     assert e.value.key == "estimator.clip_c"
     assert "2 of 6 runs invalid" in msg and "nothing submitted" in msg
-    assert "run 5/6 (estimator.clip_c=0.5 seed=0): estimator.clip_c: the cap C must be > 1, got 0.5" in msg
+    assert "run 5/6 (estimator.clip_c=0.5 seed=0): estimator.clip_c: the cap C must be > 1, got 0.5 (the same for 1 " \
+           "more run)" in msg and "run 6/6" not in msg  # one line for the two seeds of the bad value
+
+
+def test_a_bad_key_every_run_shares_is_one_line_with_the_run_count(tmp_path):
+    """A bad key in ``base`` fails every run alike: said once, not once per run (it was 10 lines and "... more")."""
+    p = write(tmp_path, {"base": ["trainer.lrr=1"], "grid": {"estimator": ["tis", "recompute"]}, "seeds": [0, 1, 2]})
+    with pytest.raises(SweepError) as e:
+        validate(load_spec(p))
+    lines = str(e.value).splitlines()
+    assert lines[0].endswith("6 of 6 runs invalid, nothing submitted:") and len(lines) == 2, lines
+    assert lines[1].startswith("  all 6 runs: trainer.lrr: unknown key; trainer has: checkpoint_every,")
 
 
 @pytest.mark.parametrize("data, key", [
@@ -306,7 +317,7 @@ def test_objective_tail_mean_and_collapse():
     collapsed = up + list(0.3 + rng.normal(0, 0.02, 20))  # 120 steps, onset at 100, tail = steps 96..119
     value, onset = objective.score(collapsed, 120, obj)
     assert onset is not None and abs(onset - 100) <= 2 and value == pytest.approx(0.3, abs=0.02)
-    assert onset == analysis_measures.collapse_onset_index(collapsed, obj.analysis_config)
+    assert onset == analysis_measures.collapse_onset_index(collapsed, obj.rule)  # the report's, the same function
     value, onset = objective.score(up, 100, obj)
     assert onset is None and value == pytest.approx(0.8, abs=0.02)
     assert objective.score(flat, 10, obj, diverged=True)[0] == 0.0

@@ -8,7 +8,7 @@ Schedule (W_t = the trainer's weights before step t's update, B_t = the batch st
 
 so B_{t+1} is sampled with W_t while the trainer holds W_{t+1}: every batch after the first is one
 update stale. The rollout side makes the whole batch: prompts, generation, reward, advantages (the
-trainer's own ``collect``), the estimator's fresh inference passes (``estimator.needs.passes``:
+trainer's own ``collect``), the estimator's fresh inference passes (``Estimator.passes()``:
 mean_n's n scorings, with the same stale weights that sampled it) and the ``noise/var_rollout``
 passes; the training side computes pi_old (recompute etc.), diagnostics and the PPO update.
 
@@ -110,7 +110,7 @@ class RolloutSide:
         self.trainer = PackTrainer([cfg], torch.device(device))
         self.shared = shared
         est = self.trainer.estimator
-        self.passes = int(getattr(est.params, est.needs.passes)) if est.needs.passes else 0
+        self.passes = est.passes()
 
     def collect(self, step: int) -> Batch:
         """The batch of step ``step`` (its engine draws keyed by that step)."""

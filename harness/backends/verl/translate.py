@@ -70,7 +70,7 @@ def _kv(items: list[tuple[str, Any]]) -> list[str]:
 
 # --------------------------------------------------------------------------------- sections
 def _params(cfg: RunConfig):
-    return estimators.get(cfg.estimator.name).parse(cfg.estimator)
+    return cfg.estimator.params
 
 
 def rollout_correction(cfg: RunConfig) -> dict[str, Any]:

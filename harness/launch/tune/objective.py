@@ -5,19 +5,19 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
-from analysis.config import AnalysisConfig
 from harness import curves
+from harness.collapse import CollapseRule, collapse_onset_index
 from harness.launch.spec import SweepError
 
 
-_A = AnalysisConfig()
+_A = CollapseRule()
 
 
 @dataclass
 class Objective:
     """The pre-registered score of one trial's reward curve, ``tail_mean``: the mean smoothed reward
     (``harness.curves.smooth``, W = ``window``) over the last ``tail_frac`` of the planned steps. A run
-    that collapsed (``analysis.measures.collapse_onset_index``: the report's persistent-collapse rule
+    that collapsed (``harness.collapse.collapse_onset_index``: the report's persistent-collapse rule
     v2, with the ``collapse_*`` parameters below) is scored at its post-collapse value (the tail steps at
     or after the onset; if the onset precedes the tail, that is the tail itself). A run stopped by a
     non-finite loss scores ``diverged_score``. What a pruner sees while a trial runs cannot use the
@@ -34,10 +34,10 @@ class Objective:
     diverged_score: float = 0.0
 
     @property
-    def analysis_config(self) -> AnalysisConfig:
-        return AnalysisConfig(smooth_window=self.window, smooth_kind=self.smooth, collapse_noise_z=self.collapse_noise_z,
-                              collapse_gain_frac=self.collapse_gain_frac, collapse_persist=self.collapse_persist,
-                              collapse_gap=self.collapse_gap)
+    def rule(self) -> CollapseRule:
+        return CollapseRule(smooth_window=self.window, smooth_kind=self.smooth, collapse_noise_z=self.collapse_noise_z,
+                            collapse_gain_frac=self.collapse_gain_frac, collapse_persist=self.collapse_persist,
+                            collapse_gap=self.collapse_gap)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -45,8 +45,6 @@ class Objective:
     @classmethod
     def from_dict(cls, data: Optional[dict], key: str = "tune.objective") -> "Objective":
         from dataclasses import fields
-
-        from analysis.config import ConfigError
 
         data = dict(data or {})
         names = [f.name for f in fields(cls)]
@@ -65,8 +63,8 @@ class Objective:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise SweepError(f"{key}.{k}: expected an integer >= 1, got {v!r}", key=f"{key}.{k}")
         try:
-            obj.analysis_config
-        except (ConfigError, TypeError) as exc:
+            obj.rule
+        except (ValueError, TypeError) as exc:
             raise SweepError(f"{key}: {exc}", key=key) from None
         return obj
 
@@ -79,9 +77,7 @@ def trailing_mean(xs: list[float], window: int) -> float:
 def score(rewards: list[float], steps_planned: int, objective: Objective = Objective(),
           diverged: bool = False, losses: Optional[list[float]] = None) -> tuple[float, Optional[int]]:
     """``(value, collapse onset index)`` of one run under the pre-registered objective."""
-    from analysis.measures import collapse_onset_index  # pandas, scipy: not on the CLI's start-up path
-
-    onset = collapse_onset_index(rewards, objective.analysis_config, losses) if len(rewards) else None
+    onset = collapse_onset_index(rewards, objective.rule, losses) if len(rewards) else None
     nonfinite = any(not math.isfinite(v) for v in list(rewards) + list(losses or []))
     if diverged or nonfinite or not len(rewards):
         return float(objective.diverged_score), onset

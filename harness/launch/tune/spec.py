@@ -8,7 +8,7 @@ from typing import Any, Optional
 from harness.launch.expand import build_run
 from harness.launch.spec import SweepError, SweepSpec, hydra_value, plain_name
 from harness.launch.tune.objective import Objective
-from harness.launch.tune.study import make_pruner, make_sampler
+from harness.launch.tune.algorithms import make_pruner, make_sampler
 from harness.uri import redact
 
 

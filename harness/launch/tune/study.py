@@ -12,34 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.launch.spec import SweepError, SweepSpec
+from harness.launch.tune.algorithms import make_pruner, make_sampler
 from harness.uri import redact
 
 if TYPE_CHECKING:  # pragma: no cover
     from harness.launch.tune.spec import TuneConfig
-
-
-def make_sampler(cfg: dict, slot: int):
-    import optuna
-
-    cfg = dict(cfg)
-    name = cfg.pop("name", "tpe")
-    seed = cfg.pop("seed", 0)
-    seed = None if seed is None else int(seed) + slot  # concurrent jobs must not draw the same startup points
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed, **cfg)
-    return optuna.samplers.TPESampler(seed=seed, **cfg)
-
-
-def make_pruner(cfg: dict):
-    import optuna
-
-    cfg = dict(cfg)
-    name = cfg.pop("name", "median")
-    if name == "none":
-        return optuna.pruners.NopPruner()
-    if name == "successive_halving":
-        return optuna.pruners.SuccessiveHalvingPruner(**cfg)
-    return optuna.pruners.MedianPruner(**cfg)
 
 
 def open_storage(storage: str):

@@ -13,7 +13,8 @@ from harness.launch.progress import logged_rewards, run_history
 from harness.launch.spec import SweepSpec
 from harness.launch.tune.objective import score, trailing_mean
 from harness.launch.tune.spec import TuneConfig, trial_overrides
-from harness.launch.tune.study import make_pruner, make_sampler, open_storage, quiet_optuna
+from harness.launch.tune.algorithms import make_pruner, make_sampler
+from harness.launch.tune.study import open_storage, quiet_optuna
 from harness.record import CHECKPOINT_FILE
 
 
