@@ -30,6 +30,9 @@ exactly when the test rejects at that level:
 
 - paired collapse: the rate difference ``(b - c) / n``; interval ``(b + c) / n (2 pi - 1)`` over the exact
   Clopper-Pearson interval of ``pi = b / (b + c)`` (the McNemar test conditions on the b + c discordant seeds);
+  with no discordant seed (b = c = 0: no event in either arm, or the same seeds collapse) the difference is bounded
+  by the share of discordant seeds, whose exact upper bound at 0 of n is ``u = 1 - (a/2)^(1/n)``: ``[-u, u]``
+  (about +-0.11 at 95% and 32 seeds), never a zero-width interval that reads as a precise null;
 - paired rewards: the Hodges-Lehmann estimate (median of the Walsh averages ``(d_i + d_j) / 2``, i <= j) with the
   exact Wilcoxon interval ``[W_(k), W_(N - k + 1)]`` of the sorted Walsh averages, k from the exact null
   distribution of the signed-rank statistic (Hollander, Wolfe & Chicken 2014, sec. 3.3); unbounded when the level
@@ -210,9 +213,10 @@ def wilcoxon_interval(d: np.ndarray, level: float) -> tuple[float, float]:
 def mcnemar_interval(b: int, c: int, n: int, level: float) -> tuple[float, float]:
     """The rate difference's interval from the Clopper-Pearson interval of b / (b + c) (module docstring)."""
     m = b + c
-    if m == 0:
-        return 0.0, 0.0
     a = 1 - level
+    if m == 0:  # no discordant seed: |difference| <= the discordant share, at most 1 - (a/2)^(1/n) (0 of n, exact)
+        u = float(sps.beta.ppf(1 - a / 2, 1, n)) if n > 0 else 1.0
+        return -u, u
     lo = sps.beta.ppf(a / 2, b, c + 1) if b > 0 else 0.0
     hi = sps.beta.ppf(1 - a / 2, b + 1, c) if c > 0 else 1.0
     return m / n * (2 * lo - 1), m / n * (2 * hi - 1)

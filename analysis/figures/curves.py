@@ -119,7 +119,7 @@ def reward_vs_step(ctx: FigureContext) -> Figure:
 
 def kl_vs_step(ctx: FigureContext) -> Figure:
     return _curves(ctx, "kl_vs_step", ctx.cfg.kl_metric, False, "Train-inference KL (k3) vs Step", "",
-                   f"KL div (`{ctx.cfg.kl_metric}`", log=True)
+                   f"KL div ({ctx.cfg.kl_metric}", log=True)
 
 
 # ---- survival ---------------------------------------------------------------------------------------------------

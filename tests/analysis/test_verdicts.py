@@ -195,6 +195,9 @@ def test_paired_intervals_invert_their_tests():
         lo, hi = mcnemar_interval(b, c, 12, 0.95)
         p = power.mcnemar_p(np.array(b), np.array(c))
         assert (lo > 0 or hi < 0) == (p <= 0.05), (b, c, lo, hi, p)
+    # no discordant seed (zero events in both arms): the exact bound of 0 discordant of n, not a zero-width point
+    lo, hi = mcnemar_interval(0, 0, 32, 0.95)
+    assert hi == -lo == pytest.approx(1 - 0.025 ** (1 / 32)) and 0.10 < hi < 0.12
 
 
 def test_the_verdicts_command_refuses_a_primary_trend_it_has_no_family_for(tmp_path, capsys):
