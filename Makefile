@@ -1,7 +1,7 @@
 # The two commands of the README. Both install into .venv first (scripts/install.sh).
 PY := .venv/bin/python
 
-.PHONY: install install-test demo test probe bench bench-overlap results study stress bench-quoted calibrated agentic ablation20 clean verl-smoke verl-smoke-multi-turn verl-pass-variance gpu-engine-check gpu-engine-check-wheels gpu-wheels verl-image verl-sif
+.PHONY: install install-test demo test probe bench bench-overlap results study study-v4 stress bench-quoted calibrated agentic ablation20 clean verl-smoke verl-smoke-multi-turn verl-pass-variance gpu-engine-check gpu-engine-check-wheels gpu-wheels verl-image verl-sif
 
 install:
 	bash scripts/install.sh
@@ -39,6 +39,21 @@ study: install
 	$(PY) scripts/conservative_control.py docs/results/v3_sparse docs/results/v3_bias > docs/results/conservative_control.txt
 	$(PY) scripts/v3_primary.py docs/results/v3_sparse docs/results/v3_bias --out docs/results/v3_primary
 	$(PY) -m analysis readme README.md && $(PY) -m analysis readme docs/results.md  # the tables quoted there
+
+# Issue 42's science v4 (docs/preregistration_v4.md): stage A's hazard map in blocks of 4 seeds and the declared
+# positive control (finished runs skipped, interrupted ones resumed), the noise calibration along training, then the
+# map's rule, the control's verdict and both experiments' per-step histories. Stage B follows an amendment naming
+# stage A's cell: scripts/v4_stage_b.py writes its sweep (on a GPU: benchmarks/gpu_study.sh).
+V4_METRICS := reward/mean,policy/loss,mismatch/rec_k3,mismatch/k3,mismatch/abs_diff,noise/var_rollout,moe/routing_flip_rate,perturb/level,perturb/scale,policy/update_norm,policy/grad_norm
+study-v4: install
+	nice -n 5 $(PY) -m harness.sweep sweeps/v4_positive.yaml launcher=local --wait
+	bash scripts/run_study_v4.sh
+	$(PY) scripts/calibrate_along.py --out docs/results/v4_calibration
+	$(PY) -m analysis survival --experiment v4_positive --horizon 300 --pair "recompute|mean_n(n=8)" --out docs/results/v4_positive
+	$(PY) -m analysis hazard --experiment v4_map --horizon 1500 --out docs/results/v4_map
+	for e in v4_positive v4_map; do \
+	  $(PY) -m analysis export --experiment $$e --metrics $(V4_METRICS) --out docs/results/$$e/histories.json.gz; \
+	done
 
 # Everything the README and docs/results.md quote: the study (above), the numerics-3 stress tests (below), the
 # agentic section and the overlap benchmark behind the README's cost ratios (benchmarks/README.md).
