@@ -227,7 +227,9 @@ def test_a_run_file_not_written_is_one_line_naming_it_exit_1(tiny_overrides, mon
 def test_a_dead_http_store_is_one_line_exit_1_in_seconds(tiny_overrides, tmp_path):
     """Issue 45: on d747b32 a killed ``mlflow server`` kept a run in urllib3's retries for 12.5 min (134 lines, 5
     tracebacks). MLflow's own retry settings are bounded now (``harness.http_store.HTTP_LIMITS``): a server that answers
-    ``/health`` and then goes away (its port closed, as a killed server's) ends the run in one line, exit 1."""
+    ``/health`` and then goes away (its port closed, as a killed server's) ends the run in one line, exit 1.
+    The server is a fake (``Health``, standard library): it stands for an ``mlflow server`` killed between the
+    harness's store check and MLflow's first call, which a real one cannot be timed to do reliably."""
     import http.server
     import subprocess
     import time
