@@ -53,6 +53,7 @@ class StandIn(Checkpointable):
         script = f / "fake_verl.py"
         script.write_text(STAND_IN)
         (run_shielded if self.shielded else subprocess.run)([sys.executable, str(script), self.folder])
+        time.sleep(120)  # (a stand-in that USR2 ended returns at once: submitit's handler still has to run)
         return "the stand-in ended"
 
     def checkpoint(self, *args, **kwargs) -> DelayedSubmission:
