@@ -97,6 +97,8 @@ INDEX_DISTS = {  # what the package index offers (older and newer releases besid
     "submitit": [("1.5.3", ["cloudpickle>=1.2.1"], ["submitit"])], "cloudpickle": [("3.1.1", [], ["cloudpickle"])],
     "ruptures": [("1.1.10", ["numpy", "scipy"], ["ruptures"])],
     "seaborn": [("0.13.2", ["numpy>=1.20", "pandas>=1.2", "matplotlib>=3.4"], ["seaborn"])],
+    "statsmodels": [("0.14.5", ["numpy", "scipy", "pandas", "patsy"], ["statsmodels"])],
+    "patsy": [("1.0.1", ["numpy"], ["patsy"])],
     # what a resolver would "repair" the image with (the script must never ask for them)
     "nvidia-nccl-cu13": [("2.28.9", [], ["nvidia_nccl_fake"])], "torch": [("2.11.0", ["nvidia-nccl-cu13==2.28.9"],
                                                                             ["torch"])],
@@ -205,7 +207,7 @@ def test_install_in_image_builds_on_the_images_inconsistencies_with_the_real_pip
     assert after["verl"] == "0.9.1" and after["transformers"] == "5.9.0" and after["hydra-core"] == "1.3.8"
     assert after["huggingface-hub"] == "1.6.0"  # transformers 5.9.0's requirement, followed
     assert {after[n] for n in ("codetiming", "tensordict", "orjson", "tokenizers", "submitit", "cloudpickle",
-                               "ruptures", "seaborn")} and after["moe-rl-harness"]
+                               "ruptures", "seaborn", "statsmodels")} and after["moe-rl-harness"]
     untouched = ("torch", "nvidia-nccl-cu13", "vllm", "flash-attn", "megatron-core", "numpy", "omegaconf", "mlflow")
     assert {n: after[n] for n in untouched} == {n: before[n] for n in untouched}
     assert after["nvidia-nccl-cu13"] == "2.29.7"  # verl's override kept (pip's resolver would "repair" it)

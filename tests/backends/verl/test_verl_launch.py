@@ -78,7 +78,7 @@ def fake_cluster(tmp_path, monkeypatch):
     env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_RAY_STATE": str(state),
            "SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "1", "SLURM_JOB_NODELIST": "node-[a-b]",
            "HARNESS_RAY_PORT": "6390", "HARNESS_RAY_JOIN_TIMEOUT_S": "120", "HARNESS_RAY_JOIN_BACKOFF_S": "0.2",
-           "HARNESS_RAY_POLL_S": "0.2", "FAKE_RAY_HEAD_DELAY_S": "1.5",
+           "HARNESS_RAY_POLL_S": "0.2", "FAKE_RAY_HEAD_DELAY_S": "5",  # a loaded machine still sees a refusal
            "HARNESS_CKPT_WRITE_GBPS": "", "HARNESS_CKPT_PROBE_GB": "0.02"}  # the head measures (20 MB here)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
