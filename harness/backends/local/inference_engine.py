@@ -40,6 +40,8 @@ from __future__ import annotations
 
 import copy
 
+from typing import Callable
+
 import torch
 from torch import Tensor
 
@@ -89,6 +91,9 @@ class InferenceEngine(Decoding, MultiTurn, Scoring, Sampling, Noise, Forward):
         # fixed projections [S, d, *]: the deterministic mode's stand-in for fresh noise
         self.frozen = frozen_projections(seeds, self.mcfg.d_model, self.mcfg.n_experts, policy.vocab_size, self.device)
         self.scale: Tensor | None = None  # per-seed [S] scale of the perturbation (KL-held runs), None = 1
+        # asked between two decode steps of a rollout (the trainer's phase boundary: it raises to abandon the step, so
+        # a signal waits one decode step, not a whole rollout); reads a flag, computes nothing
+        self.boundary: Callable[[], None] | None = None
         self.load_weights(policy)
 
     # ------------------------------------------------------------------ keys

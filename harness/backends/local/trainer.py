@@ -202,6 +202,7 @@ class PackTrainer:
         self.train = TrainEngine(self.policy, cfg.inference.temperature)
         self.estimator = estimators.build(cfg.estimator)
         self.infer = InferenceEngine(self.policy, self.estimator.inference(cfg.inference), self.seeds, device)
+        self.infer.boundary = self.phase_boundary  # also between a rollout's decode steps
         self.task = Task(cfg.task)
         # the trainer's own draws (prompts, minibatch shuffles) are keyed like the engine's (philox.py): a pure
         # function of (seed, stream, step, ...), so a resumed seed needs only its step

@@ -38,6 +38,8 @@ class Decoding:
             logps.append(lp)
             tokens[:, :, p + i:p + i + 1] = nxt
             if i + 1 < max_new_tokens:
+                if self.boundary is not None:  # a stop asked for: the step is abandoned here (its memory discarded)
+                    self.boundary()
                 out = self._advance(nxt, p + i, cache, capacity, routed, routers, 1, calls[i + 1])
         roll = Rollout(tokens, torch.cat(logps, 2), *routing(routed, routers))
         return roll.map(lambda v: v[0]) if single else roll

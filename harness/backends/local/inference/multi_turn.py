@@ -62,6 +62,8 @@ class MultiTurn:
                 mask[:, :, at:at + 1] = (~done).float()
                 done = done | (nxt == stop)
                 if i + 1 < slot:
+                    if self.boundary is not None:  # a stop asked for: the step is abandoned here
+                        self.boundary()
                     out = step(nxt, p + at, 1)
 
         turn(0, c, CALL_END, step(prompts, 0, 1))
