@@ -128,8 +128,8 @@ def _dose_parser(sub) -> None:
     dp.add_argument("--config", default=None, help="YAML file of analysis parameters")
 
 
-def _store_options(p: argparse.ArgumentParser) -> None:
-    """The options of a command that reads one experiment and writes files: its source, store, filter, folder and
+def _horizon_options(p: argparse.ArgumentParser) -> None:
+    """The options of hazard and survival: the experiment's source, the horizon, the store, filter and folder, and
     the analysis parameters."""
     _source(p)
     p.add_argument("--horizon", type=float, required=True, help="the last scored step H (steps after it: the unscored tail)")
@@ -148,10 +148,10 @@ def _survival_parsers(sub) -> None:
     """hazard and survival: time to collapse with an unscored tail (science v4, docs/preregistration_v4.md)."""
     hz = sub.add_parser("hazard", help="hazard map: collapse by a horizon per (kl_target dose, lr) cell, KM, the "
                         "stage A selection rule (docs/preregistration_v4.md)")
-    _store_options(hz)
+    _horizon_options(hz)
     sv = sub.add_parser("survival", help="time to collapse per arm and for declared pairs: seed-stratified log-rank "
                         "(Holm over the pairs), Cox HR, RMST, McNemar (docs/preregistration_v4.md)")
-    _store_options(sv)
+    _horizon_options(sv)
     sv.add_argument("--pair", action="append", default=[], metavar="A|B",
                     help="a declared pair of group labels, e.g. \"recompute|mean_n(n=8)\" (repeatable: one family)")
     sv.add_argument("--interaction", default=None, metavar="A|B",

@@ -71,7 +71,7 @@ from harness import metrics as M
 
 from .config import AnalysisConfig
 from .histories import open_experiment
-from .load import AnalysisError, Experiment
+from .load import AnalysisError, Experiment, require_one_estimator
 from .paths import out_folder
 from .measures import measure_experiment
 from .stats import Interval, iqm_ci, km_median, newcombe_diff, wilson
@@ -171,11 +171,7 @@ def run_frame(exp: Experiment, measures: pd.DataFrame, cfg: AnalysisConfig, edge
 
 def _check_one_spec_per_arm(exp: Experiment, runs: pd.DataFrame) -> None:
     """Refuse experiments that would pool different estimators or specs into one arm."""
-    ests = sorted(set(exp.runs["label"].str.replace(r"\[.*\]$", "", regex=True)))
-    if len(ests) > 1:
-        raise AnalysisError(f"experiment {exp.name!r} holds {len(ests)} estimator configurations ({', '.join(ests)}); "
-                            "a dose table is over one: pick it with --filter, e.g. "
-                            "--filter \"tags.estimator = 'recompute'\"")
+    require_one_estimator(exp.name, exp.runs["label"], "a dose table")
     keys = runs.merge(exp.runs[["run_id", "group_key"]], on="run_id").groupby("arm")["group_key"].nunique()
     mixed = keys[keys > 1]
     if len(mixed):

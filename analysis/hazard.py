@@ -40,7 +40,7 @@ from harness import metrics as M
 
 from .config import AnalysisConfig
 from .histories import open_experiment
-from .load import AnalysisError, Experiment
+from .load import AnalysisError, Experiment, require_one_estimator
 from .measures import measure_experiment
 from .paths import out_folder
 from .stats import iqm
@@ -75,11 +75,7 @@ def _number(value: object, key: str, where: str) -> float:
 
 
 def _check_one_spec_per_cell(exp: Experiment, runs: pd.DataFrame) -> None:
-    ests = sorted(set(exp.runs["label"].str.replace(r"\[.*\]$", "", regex=True)))
-    if len(ests) > 1:
-        raise AnalysisError(f"experiment {exp.name!r} holds {len(ests)} estimator configurations ({', '.join(ests)}); "
-                            "a hazard map is over one: pick it with --filter, e.g. "
-                            "--filter \"tags.estimator = 'recompute'\"")
+    require_one_estimator(exp.name, exp.runs["label"], "a hazard map")
     keys = runs.groupby(["dose", "lr"])["group_key"].nunique()
     mixed = keys[keys > 1]
     if len(mixed):

@@ -70,6 +70,11 @@ def base_label(tags: Mapping[str, str]) -> str:
     return estimators.label(est, {k: tag_value(v) for k, v in tags.items() if k != "estimator"})
 
 
+def estimator_part(label: str) -> str:
+    """A group label's estimator part, before its ``[context]``: ``tis(C=2,token)[router@k3=0.001]`` -> ``tis(C=2,token)``."""
+    return str(label).split("[")[0]
+
+
 def context_suffix(tags: Mapping[str, str], varying: Sequence[str]) -> str:
     """``[value]`` (one varying tag) or ``[k=v,k=v]`` (several); "" when none vary."""
     if not varying:
@@ -156,7 +161,7 @@ def sweep_families(runs: pd.DataFrame, x: str, estimators: tuple[str, ...] | Non
     names = {}
     for i, k in keys.items():
         if k not in names:
-            suffix = (sub.at[i, "label"][len(sub.at[i, "label"].split("[")[0]):] if k[2] == parts[i]
+            suffix = (sub.at[i, "label"][len(estimator_part(sub.at[i, "label"])):] if k[2] == parts[i]
                       else format_parts(*k[2]))
             names[k] = estimators_label(k[0], dict(zip(knobs, k[1]))) + suffix
     sub = sub.assign(_family=keys.map(names))

@@ -50,8 +50,8 @@ from harness import metrics as M
 from harness.history import from_metrics
 from harness.uri import redact
 
-from .labels import (CONTEXT_TAGS, LEGACY_KNOB_TAGS, arm_text, base_label, context_suffix, knob_columns, sort_key,
-                     tag_number, tag_text, tag_value)
+from .labels import (CONTEXT_TAGS, LEGACY_KNOB_TAGS, arm_text, base_label, context_suffix, estimator_part, knob_columns,
+                     sort_key, tag_number, tag_text, tag_value)
 
 SUMMARY_TAG = "analysis_summary"
 PROBE_TAG = "probe"
@@ -61,6 +61,15 @@ MLFLOW_INF = 1.7e308  # MLflow stores +-inf as +-sys.float_info.max
 
 class AnalysisError(RuntimeError):
     """A problem the user can fix (unknown experiment, no runs, unknown group): exit status 2."""
+
+
+def require_one_estimator(name: str, labels, what: str) -> None:
+    """Refuse (AnalysisError) an experiment whose groups hold more than one estimator configuration: a ``what`` (a
+    hazard map, a dose table) is over one."""
+    ests = sorted({estimator_part(x) for x in labels})
+    if len(ests) > 1:
+        raise AnalysisError(f"experiment {name!r} holds {len(ests)} estimator configurations ({', '.join(ests)}); "
+                            f"{what} is over one: pick it with --filter, e.g. --filter \"tags.estimator = 'recompute'\"")
 
 
 def project_root() -> Path:

@@ -40,6 +40,7 @@ import pandas as pd
 
 from .config import AnalysisConfig
 from .histories import open_experiment
+from .labels import estimator_part
 from .load import AnalysisError, Experiment
 from .measures import measure_experiment
 from .paths import out_folder
@@ -67,7 +68,7 @@ def run_table(exp: Experiment, cfg: AnalysisConfig, horizon: float) -> pd.DataFr
         raise AnalysisError(f"experiment {exp.name!r} holds no finished training run")
     m = endpoints(measure_experiment(exp, cfg), horizon)
     keys = dict(zip(exp.runs["run_id"], exp.runs["group_key"]))
-    m["arm"] = [str(label).split("[")[0] for label in m["label"]]
+    m["arm"] = [estimator_part(label) for label in m["label"]]
     m["dose"] = [_dose((exp.group_params.get(keys.get(rid), {}) or {}).get(DOSE_PARAM)) for rid in m["run_id"]]
     cols = ["run_id", "label", "arm", "seed", "dose", "time", "event", "last_step", "final"]
     return m[cols].sort_values(["label", "seed"], kind="stable").reset_index(drop=True)

@@ -121,14 +121,16 @@ def fingerprint(device: str = "cpu") -> dict[str, str]:
 CUBLAS_WORKSPACE = ":4096:8"
 
 
-def deterministic() -> None:
-    """Ask torch for deterministic kernels in this process (``backend.deterministic``): on a GPU, the atomic adds and
-    cuBLAS's split reductions replaced by reproducible ones, at a price (docs/speed.md); an operation with no
-    deterministic kernel raises instead of running. Call before the process's first CUDA operation."""
+def deterministic(on: bool = True) -> None:
+    """Ask torch for deterministic kernels in this process, or not (``backend.deterministic``; set for each pack, so a
+    job's later pack of another spec does not inherit it): on a GPU, the atomic adds and cuBLAS's split reductions
+    replaced by reproducible ones, at a price (docs/speed.md); an operation with no deterministic kernel raises
+    instead of running. The cuBLAS workspace setting must precede the process's first cuBLAS call."""
     import torch
 
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
-    torch.use_deterministic_algorithms(True)
+    if on:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    torch.use_deterministic_algorithms(on)
 
 
 def pinned() -> bool:

@@ -93,7 +93,7 @@ seeds: [{seed_list}]
 """
 
 
-def labels_of(path: Path) -> dict[str, str]:
+def labels_of(path: Path, dose: float) -> dict[str, str]:
     """Each arm's group label as ``python -m analysis`` will name it: the sweep's specs expanded
     (``harness.launch.expand``), one run record per arm with the tags and params a real run logs, grouped and
     labelled by ``analysis.load.assemble`` (no store, no training)."""
@@ -115,14 +115,7 @@ def labels_of(path: Path) -> dict[str, str]:
                                  params={k: str(v) for k, v in flat(cfg.public_dict()).items()}))
     exp = assemble(spec.experiment, "0", "none://", records, lambda ids, ms: {m: {} for m in ms}, metrics=())
     label = dict(zip(exp.runs["run_id"], exp.runs["label"]))
-    names = [name for name, _ in arms_of(spec)]
-    return {name: label[f"r{i}"] for i, name in enumerate(names)}
-
-
-def arms_of(spec) -> list[tuple[str, dict]]:
-    """The arms of a generated sweep, read back from its description's dose (the variants' order is arms())."""
-    dose = float(next(v["inference.kl_target"] for v in spec.variants if "inference.kl_target" in v))
-    return arms(dose)
+    return {name: label[f"r{i}"] for i, (name, _) in enumerate(arms(dose))}  # the variants' order is arms()'s
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         draft = Path(tmp) / "v4_stage_b.yaml"
         draft.write_text(sweep_text(args.dose, args.lr, args.seeds))
-        labels = labels_of(draft)
+        labels = labels_of(draft, args.dose)
     Path(args.out).write_text(sweep_text(args.dose, args.lr, args.seeds, labels))
     print(f"wrote {args.out}: 10 arms x {args.seeds} seeds; declared pairs: "
           + "; ".join(f"{labels[a]} vs {labels[b]}" for a, b in PAIRS))

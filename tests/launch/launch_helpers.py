@@ -44,3 +44,18 @@ def job_logs(spec, n: int = 15) -> str:
 def squeue_ids() -> set[str]:
     out = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-o", "%i"], capture_output=True, text=True, check=True)
     return set(out.stdout.split())
+
+
+def job_state(job_id: str) -> str:
+    """A Slurm job's state as squeue shows it, or GONE once it left the queue."""
+    out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True).stdout.strip()
+    return out or "GONE"
+
+
+def wait_for(cond, timeout: float, what: str, spec) -> None:
+    """Until ``cond()``; fail naming ``what`` with the sweep's job logs on timeout."""
+    t0 = time.time()
+    while not cond():
+        if time.time() - t0 > timeout:
+            pytest.fail(f"timed out waiting for {what}\n{job_logs(spec)}")
+        time.sleep(0.2)

@@ -11,7 +11,6 @@ import os
 import shlex
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from harness.launch.spec import SweepError, load_spec
 from harness.launch.submit import slurm_parameters, slurm_python
 from harness.launch.sweep import submit_sweep
 from harness.launch.expand import validate
-from launch_helpers import job_logs, wait_sweep, where
+from launch_helpers import job_state, wait_for, wait_sweep, where
 
 #: FAKE apptainer: logs "<argv>" per call to $1's sibling log, checks the `exec [--nv] [--bind X] IMAGE CMD...` form
 #: and that the image exists, then runs CMD on this machine (no container: the stand-in named in the module doc)
@@ -118,19 +117,6 @@ CONTAINED = {
 }
 
 
-def _job_state(job_id: str) -> str:
-    out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True).stdout.strip()
-    return out or "GONE"
-
-
-def _wait(cond, timeout: float, what: str, spec) -> None:
-    t0 = time.time()
-    while not cond():
-        if time.time() - t0 > timeout:
-            pytest.fail(f"timed out waiting for {what}\n{job_logs(spec)}")
-        time.sleep(0.2)
-
-
 def test_a_sweep_runs_in_the_container_requeues_once_and_resumes(slurm_cluster, store, tmp_path):
     """submitit's step runs through the (stand-in) apptainer; a forced USR2 checkpoints and requeues the job, whose
     second start goes through the container again and resumes the run to its last step in one MLflow run."""
@@ -152,9 +138,9 @@ def test_a_sweep_runs_in_the_container_requeues_once_and_resumes(slurm_cluster, 
         prog = mlflow_progress(uri, "contained", [sig]).get(sig)
         return len(prog["steps"]) if prog else 0
 
-    _wait(lambda: logged() >= 6, 150, "6 logged steps", spec)
+    wait_for(lambda: logged() >= 6, 150, "6 logged steps", spec)
     subprocess.run(["scancel", "--signal=USR2", job], check=True, capture_output=True)
-    _wait(lambda: _job_state(job) == "PENDING", 60, "the job to requeue itself after USR2", spec)
+    wait_for(lambda: job_state(job) == "PENDING", 60, "the job to requeue itself after USR2", spec)
     n1 = logged()
     assert not (run_dir / "summary.json").exists() and n1 < 40, "the run finished before it was interrupted"
     wait_sweep(spec, timeout=240, cluster=slurm_cluster)

@@ -19,7 +19,7 @@ from harness.launch.jobs import JobsDB, job_states
 from harness.launch.progress import mlflow_progress
 from harness.launch.spec import load_spec
 from harness.launch.sweep import submit_sweep
-from launch_helpers import SWEEPS, job_logs, squeue_ids, wait_sweep, where
+from launch_helpers import SWEEPS, job_logs, job_state, squeue_ids, wait_for, wait_sweep, where
 
 
 @pytest.fixture(scope="module")
@@ -127,11 +127,6 @@ PREEMPT = {
 WALL_CLOCK = ("time/", "tokens/per_s", "summary/time_per_step_s")
 
 
-def _job_state(job_id: str) -> str:
-    out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True).stdout.strip()
-    return out or "GONE"
-
-
 def _step_pids(job_id: str) -> list[int]:
     """PIDs of the job's first step (the python that runs the callable), from `scontrol listpids`."""
     out = subprocess.run(["scontrol", "listpids", job_id], capture_output=True, text=True, check=True).stdout
@@ -139,14 +134,6 @@ def _step_pids(job_id: str) -> list[int]:
     pids = [int(r[0]) for r in rows if len(r) >= 3 and r[2] == "0"]
     assert pids, out
     return pids
-
-
-def _wait(cond, timeout: float, what: str, spec) -> None:
-    t0 = time.time()
-    while not cond():
-        if time.time() - t0 > timeout:
-            pytest.fail(f"timed out waiting for {what}\n{job_logs(spec)}")
-        time.sleep(0.2)
 
 
 def test_preempted_run_resumes_to_the_uninterrupted_curve(slurm_cluster, store, tmp_path):
@@ -168,7 +155,7 @@ def test_preempted_run_resumes_to_the_uninterrupted_curve(slurm_cluster, store, 
         prog = mlflow_progress(uri, "pre_int", [sig]).get(sig)
         return len(prog["steps"]) if prog else 0
 
-    _wait(lambda: logged() >= 17, 150, "17 logged steps", pre)  # checkpoints every 5: steps 15, 16 redone
+    wait_for(lambda: logged() >= 17, 150, "17 logged steps", pre)  # checkpoints every 5: steps 15, 16 redone
     # a hard preemption: Slurm requeues the job and its process dies at once, between two checkpoints
     # (submitit ignores the SIGTERM of a requeue, so without the KILL it would run on for KillWait+)
     pids = _step_pids(job)
@@ -178,13 +165,13 @@ def test_preempted_run_resumes_to_the_uninterrupted_curve(slurm_cluster, store, 
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    _wait(lambda: _job_state(job) == "PENDING", 60, "the job to be requeued", pre)
+    wait_for(lambda: job_state(job) == "PENDING", 60, "the job to be requeued", pre)
     n1 = logged()
     assert not (run_dir / "summary.json").exists() and n1 < 100, "the run finished before it was interrupted"
 
-    _wait(lambda: logged() >= n1 + 8, 150, "progress after the first resume", pre)
+    wait_for(lambda: logged() >= n1 + 8, 150, "progress after the first resume", pre)
     subprocess.run(["scancel", "--signal=USR2", job], check=True, capture_output=True)
-    _wait(lambda: _job_state(job) == "PENDING", 60, "the job to requeue itself after USR2", pre)
+    wait_for(lambda: job_state(job) == "PENDING", 60, "the job to requeue itself after USR2", pre)
     n2 = logged()
     assert not (run_dir / "summary.json").exists() and n2 < 100, "the run finished before the second interruption"
 

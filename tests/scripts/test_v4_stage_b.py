@@ -23,7 +23,7 @@ def test_the_sweep_has_the_preregistered_arms_seeds_and_declared_pairs(tmp_path)
     control = [r.cfg for r in runs if r.cfg.inference.router_noise_sigma == 0]
     assert len(control) == 64 and {c.estimator.name for c in control} == {"recompute"}
     assert {(r.cfg.trainer.lr, r.cfg.trainer.steps, r.cfg.trainer.max_grad_norm) for r in runs} == {(6e-4, 1650, 1.0)}
-    labels = v4_stage_b.labels_of(out)
+    labels = v4_stage_b.labels_of(out, 0.003)
     assert sweep.primary == [[labels[a], labels[b]] for a, b in v4_stage_b.PAIRS]
     assert labels["control"] == "recompute[none]" and labels["mean_8"] == "mean_n(n=8)[router@k3=0.003]"
     assert '--interaction "recompute|mean_n(n=8)"' in out.read_text()

@@ -121,8 +121,7 @@ def _train(records: list, on_step: OnStep | None, progress: bool) -> list[RunSum
 
     cfg = records[0].cfg
     torch.set_num_threads(cfg.backend.threads)
-    if cfg.backend.deterministic:
-        numerics.deterministic()
+    numerics.deterministic(cfg.backend.deterministic)
     torch.manual_seed(cfg.seed)
     trainer = make_trainer([r.cfg for r in records], device_of(cfg))  # with overlap, a rollout process: closed below
     try:

@@ -57,3 +57,13 @@ def test_deterministic_is_its_own_spec_and_a_gpu_key_names_the_mode(monkeypatch,
     numerics.deterministic()
     assert numerics.fingerprint("cuda")["key"].endswith("| Some GPU | deterministic")
     assert "deterministic" not in numerics.fingerprint("cpu")["key"]  # the CPU's key (and its golden curves) unchanged
+
+
+def test_a_pack_after_a_deterministic_one_in_the_same_process_runs_as_its_own_spec_says(tiny_overrides, restore_mode):
+    """The mode is set for each pack: a job's next pack of a default spec does not inherit it."""
+    execute(load(tiny_overrides("backend.deterministic=true", steps=2, name="det")), progress=False)
+    seen = []
+    execute(load(tiny_overrides("tracking.experiment=plain", steps=2, name="plain")),
+            on_step=lambda step, values: seen.append(torch.are_deterministic_algorithms_enabled()) or False,
+            progress=False)
+    assert seen and not any(seen)
