@@ -44,16 +44,16 @@ study: install
 # positive control (finished runs skipped, interrupted ones resumed), the noise calibration along training, then the
 # map's rule, the control's verdict and both experiments' per-step histories. Stage B follows an amendment naming
 # stage A's cell: scripts/v4_stage_b.py writes its sweep (on a GPU: benchmarks/gpu_study.sh).
-V4_METRICS := reward/mean,policy/loss,mismatch/rec_k3,mismatch/k3,mismatch/abs_diff,noise/var_rollout,moe/routing_flip_rate,perturb/level,perturb/scale,policy/update_norm,policy/grad_norm
+# V4_METRICS: one home, the script that archives stage A's parts; v4_map's histories are those parts
+# (docs/results/v4_map/runs: `analysis hazard --from` reads the folder)
+V4_METRICS := $(shell bash scripts/run_study_v4.sh --metrics)
 study-v4: install
 	nice -n 5 $(PY) -m harness.sweep sweeps/v4_positive.yaml launcher=local --wait
 	bash scripts/run_study_v4.sh
 	$(PY) scripts/calibrate_along.py --out docs/results/v4_calibration
 	$(PY) -m analysis survival --experiment v4_positive --horizon 300 --pair "recompute|mean_n(n=8)" --out docs/results/v4_positive
 	$(PY) -m analysis hazard --experiment v4_map --horizon 1500 --out docs/results/v4_map
-	for e in v4_positive v4_map; do \
-	  $(PY) -m analysis export --experiment $$e --metrics $(V4_METRICS) --out docs/results/$$e/histories.json.gz; \
-	done
+	$(PY) -m analysis export --experiment v4_positive --metrics $(V4_METRICS) --out docs/results/v4_positive/histories.json.gz
 
 # Everything the README and docs/results.md quote: the study (above), the numerics-3 stress tests (below), the
 # agentic section and the overlap benchmark behind the README's cost ratios (benchmarks/README.md).

@@ -1,4 +1,4 @@
-"""Command line: ``python -m analysis {report,dose,hazard,survival,compare,export,list,params,readme,validate} ...``.
+"""Command line: ``python -m analysis {report,dose,hazard,survival,compare,export,archive,restore,list,params,readme,validate} ...``.
 
 Exit status: 0 success, 2 a problem the user can fix (unknown experiment or group, bad option), 1 an
 unexpected error. Heavy modules (mlflow, matplotlib, pandas) are imported only once a command runs,
@@ -18,6 +18,8 @@ EPILOG = """examples:
   python -m analysis compare --experiment ablation --a mean_n --b tis
   python -m analysis export --experiment ablation --out docs/results/ablation.json.gz   # runs + full histories
   python -m analysis report --from docs/results/ablation.json.gz   # the same report, no MLflow store
+  python -m analysis archive -e v4_map --dir docs/results/v4_map/runs --metrics reward/mean,policy/loss  # new part
+  python -m analysis restore --dir docs/results/v4_map/runs   # a new checkout's store gets the archived runs back
   python -m analysis list
   python -m analysis params            # the definitions and their defaults
   python -m analysis readme docs/results.md  # refill the results' generated tables from docs/results/
@@ -29,14 +31,15 @@ EPILOG = """examples:
 """
 
 
-FROM_HELP = "an exported histories file (`python -m analysis export`) read instead of the store"
+FROM_HELP = ("an exported histories file (`python -m analysis export`), or a folder of archived parts "
+             "(`python -m analysis archive`), read instead of the store")
 
 
 def _source(p: argparse.ArgumentParser, experiment_help: str = "MLflow experiment name") -> None:
     """Exactly one of --experiment (the store) and --from (an exported histories file)."""
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--experiment", "-e", default=None, help=experiment_help)
-    src.add_argument("--from", dest="source", default=None, metavar="FILE", help=FROM_HELP)
+    src.add_argument("--from", dest="source", default=None, metavar="FILE|DIR", help=FROM_HELP)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -68,6 +71,7 @@ def parser() -> argparse.ArgumentParser:
     _dose_parser(sub)
     _survival_parsers(sub)
     _other_parsers(sub)
+    _archive_parsers(sub)
     return ap
 
 
@@ -157,6 +161,22 @@ def _survival_parsers(sub) -> None:
     sv.add_argument("--interaction", default=None, metavar="A|B",
                     help="two estimator arms (label part before '[') run at several doses (inference.kl_target): the "
                          "dose x estimator interaction joins the family; critical doses and their ratio beside")
+
+
+def _archive_parsers(sub) -> None:
+    """archive, restore (analysis/archive.py)."""
+    ap = sub.add_parser("archive", help="write an experiment's finished runs that no part in --dir holds yet as the "
+                        "next part (histories that travel in git; analysis/archive.py)")
+    ap.add_argument("--experiment", "-e", required=True, help="MLflow experiment name")
+    ap.add_argument("--tracking-uri", default=None,
+                    help="MLflow tracking URI (default: sqlite:///<project root>/mlruns.db)")
+    ap.add_argument("--dir", required=True, help="the experiment's folder of parts, e.g. docs/results/v4_map/runs")
+    ap.add_argument("--metrics", required=True, help="comma-separated metric names the parts keep")
+    rp = sub.add_parser("restore", help="write the runs of --dir's parts that the store lacks into it (a sweep then "
+                        "skips them)")
+    rp.add_argument("--dir", required=True, help="a folder of parts written by `archive`")
+    rp.add_argument("--tracking-uri", default=None,
+                    help="MLflow tracking URI (default: sqlite:///<project root>/mlruns.db)")
 
 
 def _other_parsers(sub) -> None:
@@ -288,6 +308,26 @@ def cmd_export_histories(args) -> int:
     return 0
 
 
+def cmd_archive(args) -> int:
+    from .archive import archive
+
+    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
+    done = archive(args.experiment, args.dir, metrics, args.tracking_uri)
+    if done.path is None:
+        print(f"nothing new to archive: the {done.already} finished runs of {args.experiment!r} are in {args.dir}")
+    else:
+        print(f"{done.runs} runs -> {done.path} ({done.size / 1e6:.2f} MB); {done.already} were archived before")
+    return 0
+
+
+def cmd_restore(args) -> int:
+    from .archive import restore
+
+    done = restore(args.dir, args.tracking_uri)
+    print(f"{done.written} runs restored from {done.parts} parts in {args.dir}; {done.present} were in the store")
+    return 0
+
+
 def cmd_list(args) -> int:
     from .load import default_tracking_uri, list_experiments, load_experiment
 
@@ -346,6 +386,7 @@ def cmd_export(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     handler = {"report": cmd_report, "dose": cmd_dose, "hazard": cmd_hazard, "survival": cmd_survival, "compare": cmd_compare, "export": cmd_export_histories,
+               "archive": cmd_archive, "restore": cmd_restore,
                "list": cmd_list, "params": cmd_params, "readme": cmd_readme, "validate": cmd_validate,
                "power": cmd_power, "verdicts": cmd_verdicts,
                "export-curves": cmd_export}[args.command]

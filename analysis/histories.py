@@ -198,6 +198,36 @@ def read(path: str | Path) -> dict[str, Any]:
     return doc
 
 
+def read_source(path: str | Path) -> dict[str, Any]:
+    """:func:`read` of a file, or of a folder of archived parts (:mod:`analysis.archive`): their runs in one
+    document, under the first part's header, with the metrics every part holds. Raises :class:`AnalysisError`."""
+    from .archive import identity, parts
+
+    path = Path(path)
+    if not path.is_dir():
+        return read(path)
+    found = parts(path)
+    if not found:
+        raise AnalysisError(f"--from {str(path)!r}: a folder with no parts (part-NNN.json.gz): name a histories "
+                            "file, or a folder written by `python -m analysis archive`")
+    docs = [read(p) for p in found]
+    names = {(d.get("experiment") or {}).get("name") for d in docs}
+    if len(names) != 1:
+        raise AnalysisError(f"--from {str(path)!r}: its parts hold several experiments ({sorted(map(str, names))}): "
+                            "one folder of parts per experiment")
+    metrics = set.intersection(*(set(d.get("metrics", ())) for d in docs))
+    seen, runs = set(), []
+    for d in docs:
+        for run in d["runs"]:
+            key = identity(run["tags"]) or run["run_id"]
+            if key not in seen:
+                seen.add(key)
+                runs.append(run)
+    complete = all(d.get("complete", False) for d in docs) and all(set(d.get("metrics", ())) == metrics for d in docs)
+    return {**{k: v for k, v in docs[0].items() if k != "runs"}, "metrics": sorted(metrics), "complete": complete,
+            "runs": runs}
+
+
 def _records(doc: dict[str, Any], path: Path) -> tuple[list[RunRecord], dict[str, dict]]:
     records, hist = [], {}
     try:
@@ -215,14 +245,14 @@ def _records(doc: dict[str, Any], path: Path) -> tuple[list[RunRecord], dict[str
 
 def load(path: str | Path, name: str | None = None, metrics: Sequence[str] | None = None,
          filter_string: str | None = None, group_by: Sequence[str] = (), include_unfinished: bool = False) -> Experiment:
-    """The :class:`Experiment` of a histories file, with the options of :func:`analysis.load.load_experiment`
-    (``name``, when given, must be the file's experiment). ``filter_string`` is refused: MLflow evaluates it.
+    """The :class:`Experiment` of a histories file (or a folder of archived parts), with the options of
+    :func:`analysis.load.load_experiment` (``name``, when given, must be the file's experiment). ``filter_string`` is refused: MLflow evaluates it.
     Raises :class:`AnalysisError`."""
     path = Path(path)
     if filter_string:
         raise AnalysisError("--filter is an MLflow search and needs the store: with --from, leave it out "
                             "(or export a store holding only the runs wanted)")
-    doc = read(path)
+    doc = read_source(path)
     head = doc.get("experiment") or {}
     file_name = head.get("name")
     if name is not None and name != file_name:

@@ -26,3 +26,20 @@ def test_the_study_export_holds_what_the_report_reads():
     needed = {cfg.reward_metric, cfg.loss_metric, cfg.kl_metric, cfg.time_metric, *default_metrics(), *ALONG}
     assert needed <= chosen, sorted(needed - chosen)
     assert chosen <= set(M.CATALOGUE), sorted(chosen - set(M.CATALOGUE))
+
+
+def test_stage_a_parts_hold_what_the_map_and_the_report_read():
+    """scripts/run_study_v4.sh archives stage A's runs with its own metric list (the Makefile's V4_METRICS): the
+    hazard map (reward, loss, the achieved dose), the along-training table and `report --from` must find theirs."""
+    import subprocess
+
+    from analysis.hazard import ACHIEVED_METRIC
+
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "run_study_v4.sh"), "--metrics"], capture_output=True,
+                         text=True, check=True).stdout
+    chosen = set(out.strip().split(","))
+    cfg = AnalysisConfig()
+    needed = {cfg.reward_metric, cfg.loss_metric, cfg.kl_metric, cfg.time_metric, ACHIEVED_METRIC, *default_metrics(),
+              *ALONG}
+    assert needed <= chosen, sorted(needed - chosen)
+    assert chosen <= set(M.CATALOGUE), sorted(chosen - set(M.CATALOGUE))

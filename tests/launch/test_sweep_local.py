@@ -12,7 +12,12 @@ from harness.launch.spec import load_spec
 from launch_helpers import SWEEPS, wait_sweep, where
 
 
-def test_local_sweep_runs_and_resubmits_nothing(store, capsys):
+def test_local_sweep_runs_and_resubmits_nothing(store, capsys, tmp_path):
+    """... also in a new store that holds only the runs restored from their archived parts (analysis/archive.py:
+    a study that outlives its store)."""
+    from analysis.archive import archive, restore
+    from harness.tracking import client_for
+
     root, uri = store
     args = [str(SWEEPS / "tiny.yaml"), "launcher=local", "grid.estimator=[recompute]", *where(root, uri, "local")]
     assert sweep.main(args) == 0
@@ -30,6 +35,14 @@ def test_local_sweep_runs_and_resubmits_nothing(store, capsys):
     assert sweep.main(args) == 0
     assert "0 to submit, 2 finished (skipped)" in capsys.readouterr().out
     assert JobsDB(spec.sweep_dir).runs == before
+
+    assert archive("local", tmp_path / "parts", ["reward/mean"], uri).runs == 2
+    fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
+    client_for(fresh).search_experiments()
+    assert restore(tmp_path / "parts", fresh).written == 2
+    moved = [a for a in args if not a.startswith(("tracking_uri=", "runs_dir="))]
+    assert sweep.main(moved + [f"tracking_uri={fresh}", f"runs_dir={tmp_path / 'runs'}"]) == 0
+    assert "0 to submit, 2 finished (skipped)" in capsys.readouterr().out
 
 
 def test_rerun_forces_a_finished_run_from_scratch(store, capsys):

@@ -1,0 +1,188 @@
+"""A study that outlives its store: finished runs archived in parts that travel in git, restored into a new store.
+
+A study longer than a working session (science v4's stage A: ~4.6 h on 2 cores) outlives the MLflow store it ran
+in: a new checkout of the repository starts with none. Its finished runs are kept as **parts**, histories files
+(:mod:`analysis.histories`, format version 1, a chosen list of metrics) in one folder, each written once:
+
+- ``python -m analysis archive --experiment E --dir D --metrics m1,m2,...`` writes the experiment's FINISHED,
+  complete runs that no part in ``D`` holds yet as the next part, ``D/part-NNN.json.gz``, and nothing when there are
+  none. A part is never rewritten, so a commit adds a new part and changes none (git keeps each run's bytes once).
+- ``python -m analysis restore --dir D [--tracking-uri URI]`` writes every run of ``D``'s parts that the store lacks
+  into it (the experiment created, with the part's experiment tags, when it does not exist): the run's tags and
+  params as exported, its original start time, the archived histories (step by step), status FINISHED, and two tags
+  more, ``restored_from`` (the part's file name) and ``restored_run_id`` (the run's id in the store it ran in).
+
+A run's identity is its ``(spec_sig, seed)`` tags, the key by which the harness asks a store whether a run is
+finished (:func:`harness.store.finished_run`): after ``restore`` a sweep skips the restored runs and trains only
+the others, and the analysis reads restored and new runs alike. A run already in a part is not archived again
+(restored runs included); a run the store already holds FINISHED is not restored again. On the CPU a run is
+bitwise the same curve whenever it is trained (docs/reproducibility.md), so a lost run trained again is the same
+run; a restored run holds only the archived metrics (the part's ``metrics``) and no artifacts.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from harness.store import truncated
+
+from . import histories as H
+from .load import AnalysisError, _load_histories, default_tracking_uri, store_records, warn
+from .shareable import shareable
+
+PART = re.compile(r"^part-(\d{3,})\.json\.gz$")
+
+
+@dataclass(frozen=True)
+class Archived:
+    """What :func:`archive` wrote (``path`` None: nothing new to archive)."""
+
+    path: Path | None
+    runs: int
+    already: int  # finished runs of the experiment that a part already held
+    size: int
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What :func:`restore` did."""
+
+    written: int
+    present: int  # runs of the parts that the store already held FINISHED
+    parts: int
+
+
+def parts(folder: str | Path) -> list[Path]:
+    """The parts of ``folder``, in the order they were written."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := PART.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def identity(tags: dict) -> tuple[str, str] | None:
+    """A run's ``(spec_sig, seed)``, or None for a run without them (not a harness training run)."""
+    sig, seed = tags.get("spec_sig"), tags.get("seed")
+    return (str(sig), str(seed)) if sig and seed is not None else None
+
+
+def archived(folder: str | Path, experiment: str | None = None) -> dict[tuple[str, str], Path]:
+    """The identity of every run the parts of ``folder`` hold, and its part. Parts of another experiment than
+    ``experiment`` are refused (one folder, one experiment)."""
+    held: dict[tuple[str, str], Path] = {}
+    for path in parts(folder):
+        doc = H.read(path)
+        name = (doc.get("experiment") or {}).get("name")
+        if experiment is not None and name != experiment:
+            raise AnalysisError(f"--dir {str(folder)!r}: {path.name} holds experiment {name!r}, not {experiment!r}: "
+                                "one folder of parts per experiment")
+        for run in doc["runs"]:
+            key = identity(run["tags"])
+            if key is not None:
+                held.setdefault(key, path)
+    return held
+
+
+def archive(name: str, folder: str | Path, metrics: Sequence[str], tracking_uri: str | None = None) -> Archived:
+    """Write experiment ``name``'s FINISHED, complete runs that no part of ``folder`` holds as its next part."""
+    if not metrics:
+        raise AnalysisError("--metrics: name the metrics to archive (comma-separated), e.g. reward/mean,policy/loss")
+    folder = Path(folder)
+    tracking_uri = tracking_uri or default_tracking_uri()
+    client, exp, records = store_records(name, tracking_uri, "attributes.status = 'FINISHED'")
+    held = archived(folder, name)
+    finished = [r for r in records if identity(r.tags) is not None and r.tags.get("status") != "pruned"]
+    new = [r for r in finished if identity(r.tags) not in held]
+    if not new:
+        return Archived(None, 0, len(finished), 0)
+    chosen = sorted(dict.fromkeys(metrics))
+    logged = {m for r in new for m in r.latest}
+    never = [m for m in chosen if m not in logged]
+    if never:
+        warn(f"archive {name!r}: no run logged {', '.join(never)}: the part holds no values of it")
+    histories = _load_histories(client, [r.run_id for r in new], tuple(chosen), 4)
+    head = {"format": H.FORMAT, "version": H.VERSION,
+            "experiment": {"name": name, "experiment_id": exp.experiment_id, "tracking_uri": shareable(tracking_uri),
+                           "tags": {str(k): shareable(str(v)) for k, v in sorted((exp.tags or {}).items())}},
+            "metrics": chosen, "complete": logged <= set(chosen)}
+    done = parts(folder)
+    number = int(PART.match(done[-1].name).group(1)) + 1 if done else 0
+    path = folder / f"part-{number:03d}{H.SUFFIX}"
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_bytes(H.encode(head, [H._run_json(r, histories) for r in new]))
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return Archived(path, len(new), len(finished) - len(new), path.stat().st_size)
+
+
+def _present(client, experiment_id: str) -> set[tuple[str, str]]:
+    """Identities with a FINISHED, complete run in the experiment."""
+    out, token = set(), None
+    while True:
+        page = client.search_runs([experiment_id], "attributes.status = 'FINISHED'", max_results=1000,
+                                  page_token=token)
+        out |= {k for r in page if not truncated(r) and (k := identity(r.data.tags)) is not None}
+        token = page.token
+        if not token:
+            return out
+
+
+def _write_run(client, experiment_id: str, run: dict, part: Path) -> None:
+    from mlflow.entities import Metric, Param, RunTag
+
+    tags = {**run["tags"], "restored_from": part.name, "restored_run_id": run["run_id"]}
+    made = client.create_run(experiment_id, start_time=int(run["start_time"]), run_name=run["run_name"])
+    rid, ts = made.info.run_id, int(run["start_time"])
+    items = [RunTag(str(k), str(v)) for k, v in tags.items()]
+    params = [Param(str(k), str(v)) for k, v in run["params"].items()]
+    for i in range(0, max(len(items), len(params)), 100):
+        client.log_batch(rid, params=params[i:i + 100], tags=items[i:i + 100])
+    batch = [Metric(metric, float(v), ts, int(step)) for metric, h in run["histories"].items()
+             for step, v in zip(h["step"], H._decode_values(h["value"]))]
+    for i in range(0, len(batch), 1000):
+        client.log_batch(rid, metrics=batch[i:i + 1000])
+    client.set_terminated(rid, "FINISHED")
+
+
+def restore(folder: str | Path, tracking_uri: str | None = None) -> Restored:
+    """Write every FINISHED run of ``folder``'s parts that the store lacks into it."""
+    from harness.tracking import client_for
+
+    found = parts(folder)
+    if not found:
+        raise AnalysisError(f"--dir {str(folder)!r} holds no parts (part-NNN.json.gz): write them with "
+                            "`python -m analysis archive`")
+    tracking_uri = tracking_uri or default_tracking_uri()
+    client = client_for(tracking_uri)
+    written = present = 0
+    for path in found:
+        doc = H.read(path)
+        head = doc.get("experiment") or {}
+        name = str(head.get("name"))
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            exp_id = client.create_experiment(name, tags={str(k): str(v) for k, v in (head.get("tags") or {}).items()})
+        elif exp.lifecycle_stage != "active":
+            raise AnalysisError(f"experiment {name!r} is deleted in the store: restore it (`mlflow experiments "
+                                "restore`) or use another store (--tracking-uri)")
+        else:
+            exp_id = exp.experiment_id
+        have = _present(client, exp_id)
+        for run in doc["runs"]:
+            key = identity(run["tags"])
+            if run["status"] != "FINISHED" or key is None:
+                continue
+            if key in have:
+                present += 1
+                continue
+            _write_run(client, exp_id, run, path)
+            have.add(key)
+            written += 1
+    return Restored(written, present, len(found))
