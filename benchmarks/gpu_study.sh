@@ -13,6 +13,13 @@
 #    not $OUT: checkpoints are large); a second call resumes from the checkpoints (on a GPU not bitwise: docs/speed.md).
 # 3. Into $OUT (what the device call brings back): the histories (`analysis export`), the report
 #    (`analysis report $REPORT_ARGS`), the sweep's status table, device.txt and timing.txt (wall seconds per part).
+# A study longer than one device call (a call ends after at most 10 min, and its scratch with it): PARTS=DIR names the
+# experiment's folder of archived parts (analysis/archive.py). Its runs are restored into the store first (the sweep
+# then trains only the others), the sweep and its jobs stop after BUDGET_S seconds (default: no limit), and the runs it finished
+# are archived as a new part into $OUT/parts (a copy of DIR plus the new part: copy the new file back into DIR and
+# commit it). An interrupted run is lost with the scratch: BUDGET_S should leave a pack's run time before the call's
+# limit. The parts keep the metrics of `scripts/run_study_v4.sh --metrics` (ARCHIVE_METRICS to choose others).
+#   PARTS=docs/results/v4_stage_b/runs BUDGET_S=480 bash benchmarks/gpu_study.sh sweeps/v4_stage_b.yaml
 set -euo pipefail
 SWEEP=${1:?usage: bash benchmarks/gpu_study.sh SWEEP.yaml [OVERRIDE ...]}
 shift
@@ -49,9 +56,24 @@ t1=$(clock)
   git rev-parse HEAD 2>/dev/null || echo "commit: unknown"; } | tee "$OUT/device.txt"
 EXP=$($PY -c "import sys; from harness.launch.spec import load_spec; print(load_spec(sys.argv[1]).experiment)" "$SWEEP")
 
-# 2. the sweep (finished runs are skipped, interrupted ones resume)
-$PY -m harness.sweep "$SWEEP" launcher=local backend.device=$DEV "launcher.seeds_per_job=$PACK" \
-  "launcher.array_parallelism=$PAR" "$@" --wait
+# 2. the sweep (finished runs are skipped, interrupted ones resume), after the parts' runs are restored
+if [ -n "${PARTS:-}" ] && compgen -G "$PARTS/part-*.json.gz" > /dev/null; then
+  $PY -m analysis restore --dir "$PARTS"
+fi
+rc=0
+timeout "${BUDGET_S:-0}" $PY -m harness.sweep "$SWEEP" launcher=local backend.device=$DEV "launcher.seeds_per_job=$PACK" \
+  "launcher.array_parallelism=$PAR" "$@" --wait || rc=$?
+[ "$rc" = 0 ] || [ "$rc" = 124 ] || exit "$rc"
+if [ "$rc" = 124 ]; then  # its jobs (own sessions: submitit's local executor) would go on writing to the store
+  pkill -9 -f "submitit.core._submit $MOE_RL_HOME/" || true
+  echo "gpu_study: the sweep stopped after BUDGET_S=$BUDGET_S s (its jobs ended); the runs it finished are archived"
+fi
+if [ -n "${PARTS:-}" ]; then
+  mkdir -p "$OUT/parts"
+  if [ -d "$PARTS" ]; then cp -n "$PARTS"/part-*.json.gz "$OUT/parts/" 2>/dev/null || true; fi
+  $PY -m analysis archive --experiment "$EXP" --dir "$OUT/parts" \
+    --metrics "${ARCHIVE_METRICS:-$(bash scripts/run_study_v4.sh --metrics)}"
+fi
 t2=$(clock)
 $PY -m harness.status "$SWEEP" backend.device=$DEV "$@" > "$OUT/status.txt" 2>&1 || true
 

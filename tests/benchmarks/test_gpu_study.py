@@ -36,3 +36,39 @@ def test_without_wheels_it_says_what_to_run_and_exits_2(tmp_path):
     done = subprocess.run(["bash", "benchmarks/gpu_study.sh", "sweeps/tiny.yaml"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "make gpu-wheels" in done.stderr
+
+
+def _study(tmp_path, out: str, home: str, *overrides: str, **extra: str) -> subprocess.CompletedProcess:
+    (tmp_path / "wheels").mkdir(exist_ok=True)
+    env = {**os.environ, "SMOKE": "1", "PY": sys.executable, "OUT": str(tmp_path / out),
+           "MOE_RL_HOME": str(tmp_path / home), "SITE": str(tmp_path / "site"), "WHEELS": str(tmp_path / "wheels"),
+           **extra}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    try:
+        return subprocess.run(["bash", "benchmarks/gpu_study.sh", "sweeps/tiny.yaml", *overrides], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=600)
+    finally:  # whatever happened, no job of this scratch outlives the test
+        subprocess.run(["pkill", "-9", "-f", f"submitit.core._submit {tmp_path / home}/"], check=False)
+
+
+def test_a_study_longer_than_a_call_goes_on_from_its_parts_in_the_next_call(tmp_path):
+    """PARTS: the first call archives its finished runs as a part in OUT/parts; the next call, in a fresh scratch
+    (a new device machine), restores them and trains nothing; BUDGET_S stops a sweep and still archives."""
+    first = _study(tmp_path, "out1", "home1", "trainer.steps=4", PARTS=str(tmp_path / "parts"))
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    (part,) = sorted((tmp_path / "out1" / "parts").glob("part-*.json.gz"))
+    with gzip.open(part, "rt") as f:
+        assert len(json.load(f)["runs"]) == 4
+
+    second = _study(tmp_path, "out2", "home2", "trainer.steps=4", PARTS=str(tmp_path / "out1" / "parts"))
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    assert "4 runs restored from 1 parts" in second.stdout and "0 to submit, 4 finished (skipped)" in second.stdout
+    assert "nothing new to archive" in second.stdout
+    assert [p.name for p in (tmp_path / "out2" / "parts").glob("part-*")] == [part.name]
+
+    stopped = _study(tmp_path, "out3", "home3", "trainer.steps=4000", PARTS=str(tmp_path / "none"), BUDGET_S="20")
+    assert stopped.returncode == 0, stopped.stdout[-2000:] + stopped.stderr[-2000:]
+    assert "the sweep stopped after BUDGET_S=20 s (its jobs ended)" in stopped.stdout
+    assert "nothing new to archive" in stopped.stdout  # no run of 4000 steps finished in 20 s
+    alive = subprocess.run(["pgrep", "-f", f"submitit.core._submit {tmp_path / 'home3'}/"], capture_output=True)
+    assert alive.returncode == 1, alive.stdout  # the stopped sweep's jobs are gone
