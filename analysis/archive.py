@@ -16,23 +16,21 @@ A run's identity is its ``(spec_sig, seed)`` tags, the key by which the harness 
 finished (:func:`harness.store.finished_run`): after ``restore`` a sweep skips the restored runs and trains only
 the others, and the analysis reads restored and new runs alike. A run already in a part is not archived again
 (restored runs included); a run the store already holds FINISHED is not restored again. On the CPU a run is
-bitwise the same curve whenever it is trained (docs/reproducibility.md), so a lost run trained again is the same
+bitwise the same curve whenever it is trained (docs/design.md, "Tracking and identity"), so a lost run trained again is the same
 run; a restored run holds only the archived metrics (the part's ``metrics``) and no artifacts.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from harness.store import truncated
-
 from . import histories as H
-from .load import AnalysisError, _load_histories, default_tracking_uri, store_records, warn
+from .histories import PART, identity, parts
+from .load import AnalysisError, _load_histories, client_for, default_tracking_uri, store_records, warn
 from .shareable import shareable
 
-PART = re.compile(r"^part-(\d{3,})\.json\.gz$")
+PRUNED = ("status", "pruned")  # the tag of a run the tuner stopped early (harness.store.truncated): no result
 
 
 @dataclass(frozen=True)
@@ -52,21 +50,6 @@ class Restored:
     written: int
     present: int  # runs of the parts that the store already held FINISHED
     parts: int
-
-
-def parts(folder: str | Path) -> list[Path]:
-    """The parts of ``folder``, in the order they were written."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := PART.match(p.name))]
-    return [p for _, p in sorted(found)]
-
-
-def identity(tags: dict) -> tuple[str, str] | None:
-    """A run's ``(spec_sig, seed)``, or None for a run without them (not a harness training run)."""
-    sig, seed = tags.get("spec_sig"), tags.get("seed")
-    return (str(sig), str(seed)) if sig and seed is not None else None
 
 
 def archived(folder: str | Path, experiment: str | None = None) -> dict[tuple[str, str], Path]:
@@ -94,7 +77,7 @@ def archive(name: str, folder: str | Path, metrics: Sequence[str], tracking_uri:
     tracking_uri = tracking_uri or default_tracking_uri()
     client, exp, records = store_records(name, tracking_uri, "attributes.status = 'FINISHED'")
     held = archived(folder, name)
-    finished = [r for r in records if identity(r.tags) is not None and r.tags.get("status") != "pruned"]
+    finished = [r for r in records if identity(r.tags) is not None and r.tags.get(PRUNED[0]) != PRUNED[1]]
     new = [r for r in finished if identity(r.tags) not in held]
     if not new:
         return Archived(None, 0, len(finished), 0)
@@ -128,7 +111,7 @@ def _present(client, experiment_id: str) -> set[tuple[str, str]]:
     while True:
         page = client.search_runs([experiment_id], "attributes.status = 'FINISHED'", max_results=1000,
                                   page_token=token)
-        out |= {k for r in page if not truncated(r) and (k := identity(r.data.tags)) is not None}
+        out |= {k for r in page if r.data.tags.get(PRUNED[0]) != PRUNED[1] and (k := identity(r.data.tags)) is not None}
         token = page.token
         if not token:
             return out
@@ -153,8 +136,6 @@ def _write_run(client, experiment_id: str, run: dict, part: Path) -> None:
 
 def restore(folder: str | Path, tracking_uri: str | None = None) -> Restored:
     """Write every FINISHED run of ``folder``'s parts that the store lacks into it."""
-    from harness.tracking import client_for
-
     found = parts(folder)
     if not found:
         raise AnalysisError(f"--dir {str(folder)!r} holds no parts (part-NNN.json.gz): write them with "

@@ -53,6 +53,7 @@ import io
 import json
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -72,6 +73,7 @@ VERSION = 1
 SUFFIX = ".json.gz"
 URI_PREFIX = "histories:"  # Experiment.tracking_uri of a file: no MLflow client accepts it
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+PART = re.compile(r"^part-(\d{3,})\.json\.gz$")  # a part of a folder of archived runs (analysis.archive)
 
 
 @dataclass(frozen=True)
@@ -198,11 +200,25 @@ def read(path: str | Path) -> dict[str, Any]:
     return doc
 
 
+def parts(folder: str | Path) -> list[Path]:
+    """The archived parts of ``folder`` (:mod:`analysis.archive`), in the order they were written."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := PART.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def identity(tags: dict) -> tuple[str, str] | None:
+    """A run's ``(spec_sig, seed)`` tags, the key by which the launcher asks a store whether it is finished; None for
+    a run without them (not a harness training run)."""
+    sig, seed = tags.get("spec_sig"), tags.get("seed")
+    return (str(sig), str(seed)) if sig and seed is not None else None
+
+
 def read_source(path: str | Path) -> dict[str, Any]:
     """:func:`read` of a file, or of a folder of archived parts (:mod:`analysis.archive`): their runs in one
     document, under the first part's header, with the metrics every part holds. Raises :class:`AnalysisError`."""
-    from .archive import identity, parts
-
     path = Path(path)
     if not path.is_dir():
         return read(path)
