@@ -33,6 +33,10 @@ DERIVED_CONTEXT = {"model": "model.", "task": "task.", "backend": "backend.", "p
 #: The knob tags every run of an old store carries ("na" when its estimator has no such knob).
 LEGACY_KNOB_TAGS: tuple[str, ...] = ("n", "clip_c", "level")
 NA = ("", "na", "none", "null", "nan")
+#: estimator parameters that never reach a run's tags (``harness.tags``: of the original six parameters only n, clip_c
+#: and level are tagged); a label reads them from the run's logged params ``estimator.<name>`` (gmpo_rs's
+#: ``gamma_min``: plain GMPO at 1, ``gmpo(eps=0.4)``, not ``gmpo_rs(eps=0.4)``)
+UNTAGGED_KNOBS: tuple[str, ...] = ("alpha", "beta", "gamma_min")
 
 
 def tag_number(value: object) -> float:
@@ -61,6 +65,16 @@ def tag_value(value: object) -> object:
     """A tag as the parameter value it records: a number, a text, or None when absent or "na"."""
     x = tag_number(value)
     return x if not math.isnan(x) else (tag_text(value) or None)
+
+
+def untagged_knobs(params: Mapping[str, str]) -> dict[str, str]:
+    """The run's :data:`UNTAGGED_KNOBS` that its params set (``estimator.gamma_min`` -> ``gamma_min``)."""
+    out = {}
+    for k in UNTAGGED_KNOBS:
+        v = (params or {}).get(f"estimator.{k}")
+        if v is not None and tag_text(v):
+            out[k] = str(v)
+    return out
 
 
 def base_label(tags: Mapping[str, str]) -> str:

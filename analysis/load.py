@@ -51,7 +51,7 @@ from harness.history import from_metrics
 from harness.uri import redact
 
 from .labels import (CONTEXT_TAGS, LEGACY_KNOB_TAGS, arm_text, base_label, context_suffix, estimator_part, knob_columns,
-                     sort_key, tag_number, tag_text, tag_value)
+                     sort_key, tag_number, tag_text, tag_value, untagged_knobs)
 
 SUMMARY_TAG = "analysis_summary"
 PROBE_TAG = "probe"
@@ -465,7 +465,8 @@ def _runs_frame(training: Sequence[RunRecord], group_by: Sequence[str]) -> pd.Da
     for run in training:
         tags = run.tags
         level = _level(run)
-        label_tags = {**tags, "level": level, **{t: _param_value(run, t) for t in group_by}}
+        label_tags = {**untagged_knobs(run.params), **tags, "level": level,
+                      **{t: _param_value(run, t) for t in group_by}}
         suffix = context_suffix(label_tags, varying)
         seed = tag_number(tags.get("seed"))
         key = group_key(tags, run.params)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from harness.errors import ConfigError
-from harness.estimators.base import OldPolicy, PolicyForward, Style, Verl, knob, register
+from harness.estimators.base import OldPolicy, PolicyForward, Style, Verl, knob, label_from, register
 from harness.estimators.losses import LossTerms, gmpo_terms
 from harness.estimators.rais import GAMMA_MIN_ENV, RAIS, RAIS_ENV, Floor, router_shift_gamma, verl_check
 
@@ -59,6 +59,15 @@ class GMPORS(RAIS):
     verl = Verl(loss_mode=LOSS_NAME, check=verl_check,
                 env=lambda p: {GAMMA_MIN_ENV: repr(float(p.gamma_min)), LOG_CLIP_ENV: repr(float(p.log_clip)),
                                RAIS_ENV: "1"})
+
+    @classmethod
+    def label(cls, values) -> str:
+        """``gmpo(eps=0.4)`` when ``gamma_min`` is 1 (gamma <= 1 is floored away: plain GMPO, no router shift), else
+        ``gmpo_rs(gmin=0.8,eps=0.4)`` (``gmpo_rs(eps=0.4)`` where the floor is not known: runs that did not tag it)."""
+        gmin = values.get("gamma_min")
+        if isinstance(gmin, (int, float)) and float(gmin) == 1.0:
+            return label_from("gmpo", [("eps", values.get("log_clip"))])
+        return super().label(values)
 
     def loss(self, logp_new: Tensor, old: OldPolicy, new: PolicyForward, adv: Tensor, clip_eps: float) -> LossTerms:
         """GMPO's per-sequence terms of the rescaled log-ratios (aggregated seq-mean); ``clip_eps`` (PPO's) is not

@@ -52,3 +52,19 @@ def test_a_param_logged_null_by_one_group_and_absent_from_another_does_not_split
     assert identity_labels(base, params) == {"g1": "recompute[trainer.lr=0.0003]", "g2": "recompute[trainer.lr=0.00015]"}
     params["g2"]["estimator.geo_lower"] = "0.9"  # a value, not null: it tells them apart
     assert identity_labels(base, params)["g2"] == "recompute[estimator.geo_lower=0.9,trainer.lr=0.00015]"
+
+
+def test_a_label_reads_the_knobs_the_tags_lack_from_the_params(logged_store):
+    """gmpo_rs's gamma_min never reached the run tags (harness.tags): the label takes it from the logged param, so
+    plain GMPO (gamma_min 1) is `gmpo(eps=0.4)` and GMPO+RS `gmpo_rs(gmin=0.8,eps=0.4)`, in stores written before."""
+    from analysis.load import load_experiment
+    from analysis.synthetic import SyntheticRun, curve
+
+    runs = [SyntheticRun("gmpo_rs", s, curve(30, seed=s), extra_tags={"log_clip": "0.4"},
+                         params={"estimator.gamma_min": g, "estimator.log_clip": "0.4"})
+            for g in ("1.0", "0.8") for s in range(2)]
+    runs = [SyntheticRun(r.estimator, r.seed, r.reward, extra_tags={**r.extra_tags, "g": r.params["estimator.gamma_min"]},
+                         params=r.params) for r in runs]  # two groups: the tag g splits their signatures
+    uri = logged_store({"gmpo": runs})
+    exp = load_experiment("gmpo", uri, metrics=("reward/mean",))
+    assert sorted(exp.labels) == ["gmpo(eps=0.4)", "gmpo_rs(gmin=0.8,eps=0.4)"]

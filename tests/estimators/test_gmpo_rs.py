@@ -149,3 +149,13 @@ def test_three_steps_run_and_their_curves_come_back_from_mlflow(tiny_overrides):
     for key in (M.POLICY_LOSS, M.POLICY_CLIPFRAC, M.REWARD_MEAN, M.POLICY_GRAD_NORM):
         hist = client.get_metric_history(summary.run_id, key)
         assert sorted(m.step for m in hist) == [0, 1, 2] and all(math.isfinite(m.value) for m in hist), key
+
+
+def test_plain_gmpo_is_labelled_gmpo_and_gmpo_rs_names_its_floor():
+    """gamma_min = 1 floors every gamma <= 1 away: no router shift, plain GMPO (the review: it was labelled
+    `gmpo_rs(eps=0.4)`, which reads as GMPO+RS)."""
+    from harness.estimators import label
+
+    assert label("gmpo_rs", {"gamma_min": 1.0, "log_clip": 0.4}) == "gmpo(eps=0.4)"
+    assert label("gmpo_rs", {"gamma_min": 0.8, "log_clip": 0.4}) == "gmpo_rs(gmin=0.8,eps=0.4)"
+    assert label("gmpo_rs", {"log_clip": 0.4}) == "gmpo_rs(eps=0.4)"  # the floor unknown
