@@ -286,11 +286,9 @@ def trend_comparisons(measures: pd.DataFrame, families: dict[str, list[tuple[flo
             blocks = np.stack([g.drop_duplicates("seed").set_index("seed").loc[common, "final"].to_numpy(float)
                                for g in gs], axis=1)
             rank = page(blocks[np.isfinite(blocks).all(axis=1)])
-            paired = True
         else:
             rank = jonckheere([g["final"].to_numpy(float) for g in gs], reps, seed)
-            paired = False
-        for endpoint, res, pr in (("collapse", ca, False), ("final", rank, paired)):
+        for endpoint, res, pr in (("collapse", ca, False), ("final", rank, blocked)):
             eff = 1.0 if res.direction == "up" else -1.0 if res.direction == "down" else 0.0
             c = Comparison("trend", name, desc, endpoint, res.test, pr, n_min, len(levels), len(common) if pr else 0,
                            eff, res.p)

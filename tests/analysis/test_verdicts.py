@@ -156,6 +156,21 @@ def test_a_primary_trend_stays_paired_on_the_common_seeds_when_a_level_lost_a_se
     assert not trend(post, "final").paired
 
 
+def test_two_trend_families_are_each_tested_paired_where_their_seeds_pair():
+    """Two ordered families in one call (the dose and kl_held reports have three): the second family is tested too
+    (the loop reused the name of the primary-trend set for a flag: a TypeError at the second family)."""
+    m = _measures([0.5, 0.3, 0.2, 0.5, 0.3, 0.1], 10, np.random.default_rng(4))
+    families = {"first": [(1.0, "arm0"), (2.0, "arm1"), (4.0, "arm2")],
+                "second": [(1.0, "arm3"), (2.0, "arm4"), (4.0, "arm5")]}
+    cs = verdicts(m, [f"arm{i}" for i in range(6)], trends=families, primary=[("trend", "second")], reps=200)
+    finals = {c.a: c for c in cs if c.kind == "trend" and c.endpoint == "final"}
+    assert set(finals) == {"first", "second"}
+    blocks = np.stack([m[m.label == f"arm{i}"].set_index("seed")["final"] for i in (3, 4, 5)], axis=1)
+    assert all(c.paired and c.test == page(blocks).test for c in finals.values())
+    assert finals["second"].p == pytest.approx(page(blocks).p)
+    assert finals["second"].family == "primary" and finals["first"].family != "primary"
+
+
 def test_exact_power_agrees_with_simulation_of_the_same_test():
     rng = np.random.default_rng(2)
     k1, k2 = rng.binomial(10, 0.5, 2000), rng.binomial(10, 0.1, 2000)
