@@ -45,7 +45,7 @@ study: install
 # map's rule, the control's verdict and both experiments' per-step histories. Stage B follows an amendment naming
 # stage A's cell: scripts/v4_stage_b.py writes its sweep (on a GPU: benchmarks/gpu_study.sh).
 # V4_METRICS: one home, the script that archives stage A's parts; v4_map's histories are those parts
-# (docs/results/v4_map/runs: `analysis hazard --from` reads the folder)
+# (docs/results/v4_map/parts: `analysis hazard --from` reads the folder)
 V4_METRICS := $(shell bash scripts/run_study_v4.sh --metrics)
 study-v4: install
 	nice -n 5 $(PY) -m harness.sweep sweeps/v4_positive.yaml launcher=local --wait

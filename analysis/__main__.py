@@ -18,8 +18,8 @@ EPILOG = """examples:
   python -m analysis compare --experiment ablation --a mean_n --b tis
   python -m analysis export --experiment ablation --out docs/results/ablation.json.gz   # runs + full histories
   python -m analysis report --from docs/results/ablation.json.gz   # the same report, no MLflow store
-  python -m analysis archive -e v4_map --dir docs/results/v4_map/runs --metrics reward/mean,policy/loss  # new part
-  python -m analysis restore --dir docs/results/v4_map/runs   # a new checkout's store gets the archived runs back
+  python -m analysis archive -e v4_map --dir docs/results/v4_map/parts --metrics reward/mean,policy/loss  # new part
+  python -m analysis restore --dir docs/results/v4_map/parts   # a new checkout's store gets the archived runs back
   python -m analysis list
   python -m analysis params            # the definitions and their defaults
   python -m analysis readme docs/results.md  # refill the results' generated tables from docs/results/
@@ -170,7 +170,7 @@ def _archive_parsers(sub) -> None:
     ap.add_argument("--experiment", "-e", required=True, help="MLflow experiment name")
     ap.add_argument("--tracking-uri", default=None,
                     help="MLflow tracking URI (default: sqlite:///<project root>/mlruns.db)")
-    ap.add_argument("--dir", required=True, help="the experiment's folder of parts, e.g. docs/results/v4_map/runs")
+    ap.add_argument("--dir", required=True, help="the experiment's folder of parts, e.g. docs/results/v4_map/parts")
     ap.add_argument("--metrics", required=True, help="comma-separated metric names the parts keep")
     rp = sub.add_parser("restore", help="write the runs of --dir's parts that the store lacks into it (a sweep then "
                         "skips them)")

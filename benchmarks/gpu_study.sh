@@ -19,7 +19,7 @@
 # are archived as a new part into $OUT/parts (a copy of DIR plus the new part: copy the new file back into DIR and
 # commit it). An interrupted run is lost with the scratch: BUDGET_S should leave a pack's run time before the call's
 # limit. The parts keep the metrics of `scripts/run_study_v4.sh --metrics` (ARCHIVE_METRICS to choose others).
-#   PARTS=docs/results/v4_stage_b/runs BUDGET_S=480 bash benchmarks/gpu_study.sh sweeps/v4_stage_b.yaml
+#   PARTS=docs/results/v4_stage_b/parts BUDGET_S=480 bash benchmarks/gpu_study.sh sweeps/v4_stage_b.yaml
 set -euo pipefail
 SWEEP=${1:?usage: bash benchmarks/gpu_study.sh SWEEP.yaml [OVERRIDE ...]}
 shift

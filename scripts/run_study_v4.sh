@@ -4,7 +4,7 @@
 # runs are skipped and interrupted ones resume from their checkpoints, so this script can be started again at any
 # time. At low priority (nice 19): other work on the machine goes first.
 # The map outlives its store (~4.6 h on 2 cores, longer than a working session; a new checkout has no mlruns.db): the
-# finished runs are archived as parts in docs/results/v4_map/runs (analysis/archive.py; commit them), and a new
+# finished runs are archived as parts in docs/results/v4_map/parts (analysis/archive.py; commit them), and a new
 # checkout's store gets them back first (`analysis restore`), so only the runs no part holds are trained.
 #   bash scripts/run_study_v4.sh                 # stage A, both blocks
 #   BLOCKS="0" bash scripts/run_study_v4.sh      # block 0 only
@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 BLOCKS=${BLOCKS-"0 1"}
-PARTS=docs/results/v4_map/runs
+PARTS=docs/results/v4_map/parts
 # what stage A's analysis, the along-training tables and `report --from` read (tests/analysis/test_study_export.py)
 METRICS=reward/mean,policy/loss,mismatch/rec_k3,mismatch/k3,mismatch/abs_diff,noise/var_rollout,moe/routing_flip_rate,perturb/level,perturb/scale,policy/update_norm,policy/grad_norm,policy/clipfrac,time/step_s,moe/replay_coverage
 
