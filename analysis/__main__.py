@@ -314,7 +314,7 @@ def cmd_archive(args) -> int:
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
     done = archive(args.experiment, args.dir, metrics, args.tracking_uri)
     if done.path is None:
-        print(f"nothing new to archive: the {done.already} finished runs of {args.experiment!r} are in {args.dir}")
+        print(f"nothing new to archive: the parts in {args.dir} hold {done.already} runs of {args.experiment!r}")
     else:
         print(f"{done.runs} runs -> {done.path} ({done.size / 1e6:.2f} MB); {done.already} were archived before")
     return 0

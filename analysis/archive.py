@@ -39,7 +39,7 @@ class Archived:
 
     path: Path | None
     runs: int
-    already: int  # finished runs of the experiment that a part already held
+    already: int  # runs the folder's parts held before
     size: int
 
 
@@ -78,9 +78,13 @@ def archive(name: str, folder: str | Path, metrics: Sequence[str], tracking_uri:
     client, exp, records = store_records(name, tracking_uri, "attributes.status = 'FINISHED'")
     held = archived(folder, name)
     finished = [r for r in records if identity(r.tags) is not None and r.tags.get(PRUNED[0]) != PRUNED[1]]
-    new = [r for r in finished if identity(r.tags) not in held]
+    new, seen = [], set(held)
+    for r in sorted(finished, key=lambda r: -int(r.start_time or 0)):  # a rerun's newer run wins, as in the store
+        if identity(r.tags) not in seen:
+            seen.add(identity(r.tags))
+            new.append(r)
     if not new:
-        return Archived(None, 0, len(finished), 0)
+        return Archived(None, 0, len(held), 0)
     chosen = sorted(dict.fromkeys(metrics))
     logged = {m for r in new for m in r.latest}
     never = [m for m in chosen if m not in logged]
@@ -102,7 +106,7 @@ def archive(name: str, folder: str | Path, metrics: Sequence[str], tracking_uri:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return Archived(path, len(new), len(finished) - len(new), path.stat().st_size)
+    return Archived(path, len(new), len(held), path.stat().st_size)
 
 
 def _present(client, experiment_id: str) -> set[tuple[str, str]]:

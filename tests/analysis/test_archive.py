@@ -75,6 +75,19 @@ def test_parts_are_written_once_and_a_new_store_gets_every_run_back(empty_db, tm
     assert first.path.read_bytes() == before  # a part is never rewritten
 
 
+def test_a_rerun_is_archived_once_as_its_newest_run(empty_db, tmp_path):
+    a = new_store(empty_db, tmp_path / "a")
+    log_runs(a, "study", runs([0]))
+    log_runs(a, "study", [SyntheticRun("recompute", 0, curve(40, drop_at=10, seed=99))])  # the same identity, later
+    done = archive("study", tmp_path / "parts", KEEP, a)
+    assert done.runs == 1
+    from analysis.histories import load
+    exp = load(tmp_path / "parts", metrics=tuple(KEEP))
+    newest = histories(a)[0][M.REWARD_MEAN]
+    assert len(exp.runs) == 1
+    np.testing.assert_array_equal(exp.histories[M.REWARD_MEAN][exp.runs["run_id"].item()].to_numpy(), newest.to_numpy())
+
+
 def test_unfinished_and_pruned_runs_are_not_archived(empty_db, tmp_path):
     from mlflow.tracking import MlflowClient
 
