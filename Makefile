@@ -1,7 +1,7 @@
 # The two commands of the README. Both install into .venv first (scripts/install.sh).
 PY := .venv/bin/python
 
-.PHONY: install install-test demo test probe bench bench-overlap results study study-v4 stress bench-quoted calibrated agentic ablation20 clean verl-smoke verl-smoke-multi-turn verl-pass-variance gpu-engine-check gpu-engine-check-wheels gpu-wheels verl-image verl-sif
+.PHONY: install install-test demo test probe bench bench-overlap results study study-v4 study-v4-b stress bench-quoted calibrated agentic ablation20 clean verl-smoke verl-smoke-multi-turn verl-pass-variance gpu-engine-check gpu-engine-check-wheels gpu-wheels verl-image verl-sif
 
 install:
 	bash scripts/install.sh
@@ -54,6 +54,13 @@ study-v4: install
 	$(PY) -m analysis survival --experiment v4_positive --horizon 300 --pair "recompute|mean_n(n=8)" --out docs/results/v4_positive
 	$(PY) -m analysis hazard --experiment v4_map --horizon 1500 --out docs/results/v4_map
 	$(PY) -m analysis export --experiment v4_positive --metrics $(V4_METRICS) --out docs/results/v4_positive/histories.json.gz
+
+# Stage B, once stage A's rule chose its cell and an amendment names it: `scripts/v4_stage_b.py` writes
+# sweeps/v4_stage_b.yaml (commit it before the first run), then this trains it (across working sessions: parts in
+# docs/results/v4_stage_b/parts) and runs the survival verdicts its header declares.
+study-v4-b: install
+	STAGE=b bash scripts/run_study_v4.sh
+	$$(sed -n 's/^#   python -m analysis survival/$(PY) -m analysis survival/p' sweeps/v4_stage_b.yaml)
 
 # Everything the README and docs/results.md quote: the study (above), the numerics-3 stress tests (below), the
 # agentic section and the overlap benchmark behind the README's cost ratios (benchmarks/README.md).

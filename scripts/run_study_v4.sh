@@ -1,38 +1,52 @@
 #!/usr/bin/env bash
-# Issue 42's study (docs/preregistration_v4.md). Stage A, the hazard map (sweeps/v4_map.yaml), in blocks of 4 seeds
-# (block 0: seeds 200-203 in all 20 cells, block 1: 204-207), so an interrupted map leaves balanced blocks. Finished
-# runs are skipped and interrupted ones resume from their checkpoints, so this script can be started again at any
-# time. At low priority (nice 19): other work on the machine goes first.
-# The map outlives its store (~4.6 h on 2 cores, longer than a working session; a new checkout has no mlruns.db): the
-# finished runs are archived as parts in docs/results/v4_map/parts (analysis/archive.py; commit them), and a new
-# checkout's store gets them back first (`analysis restore`), so only the runs no part holds are trained.
-#   bash scripts/run_study_v4.sh                 # stage A, both blocks
+# Issue 42's study (docs/preregistration_v4.md), stage by stage, in blocks of seeds across all cells or arms, so an
+# interrupted stage leaves balanced blocks. Finished runs are skipped and interrupted ones resume from their
+# checkpoints, so this script can be started again at any time. At low priority (nice 19): other work goes first.
+#   stage A (default), the hazard map, sweeps/v4_map.yaml: blocks of 4 seeds (block 0: seeds 200-203 in all 20
+#     cells, block 1: 204-207);
+#   STAGE=b, confirmatory, sweeps/v4_stage_b.yaml (written by scripts/v4_stage_b.py once stage A chose its cell):
+#     blocks of 8 seeds across all 10 arms (block 0: seeds 400-407, ...).
+# A stage outlives its store (stage A ~4.6 h on 2 cores, stage B days; a working session is shorter, and a new
+# checkout has no mlruns.db): the finished runs are archived as parts in docs/results/<experiment>/parts
+# (analysis/archive.py; commit them), and a new checkout's store gets them back first (`analysis restore`), so only
+# the runs no part holds are trained.
+#   bash scripts/run_study_v4.sh                 # stage A, every block
 #   BLOCKS="0" bash scripts/run_study_v4.sh      # block 0 only
+#   STAGE=b bash scripts/run_study_v4.sh         # stage B, every block
 #   bash scripts/run_study_v4.sh --archive       # archive the runs finished so far (a new part), train nothing
 #   bash scripts/run_study_v4.sh --metrics       # the metrics the parts keep (the Makefile's V4_METRICS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
-BLOCKS=${BLOCKS-"0 1"}
-PARTS=docs/results/v4_map/parts
-# what stage A's analysis, the along-training tables and `report --from` read (tests/analysis/test_study_export.py)
+# what stage A's analysis, the survival verdicts, the along-training tables and `report --from` read
+# (tests/analysis/test_study_export.py)
 METRICS=reward/mean,policy/loss,mismatch/rec_k3,mismatch/k3,mismatch/abs_diff,noise/var_rollout,moe/routing_flip_rate,perturb/level,perturb/scale,policy/update_norm,policy/grad_norm,policy/clipfrac,time/step_s,moe/replay_coverage
+case "${STAGE:-a}" in
+  a|A) SWEEP=sweeps/v4_map.yaml; EXP=v4_map; FIRST=200; BLOCK=4 ;;
+  b|B) SWEEP=sweeps/v4_stage_b.yaml; EXP=v4_stage_b; FIRST=400; BLOCK=8 ;;
+  *) echo "error: STAGE must be a or b, got '$STAGE'" >&2; exit 2 ;;
+esac
+PARTS=docs/results/$EXP/parts
 
-archive() { "$PY" -m analysis archive --experiment v4_map --dir "$PARTS" --metrics "$METRICS"; }
+archive() { "$PY" -m analysis archive --experiment "$EXP" --dir "$PARTS" --metrics "$METRICS"; }
 case "${1-}" in
   --metrics) echo "$METRICS"; exit 0 ;;
   --archive) archive; exit 0 ;;
   "") ;;
-  *) echo "usage: bash scripts/run_study_v4.sh [--archive|--metrics]" >&2; exit 2 ;;
+  *) echo "usage: [STAGE=a|b] [BLOCKS=\"0 1 ...\"] bash scripts/run_study_v4.sh [--archive|--metrics]" >&2; exit 2 ;;
 esac
+[ -f "$SWEEP" ] || { echo "error: no $SWEEP: stage B's sweep is written by scripts/v4_stage_b.py from stage A's cell (docs/preregistration_v4.md)" >&2; exit 2; }
+SEEDS=$("$PY" -c "import sys; from harness.launch.spec import load_spec; print(len(load_spec(sys.argv[1]).seeds))" "$SWEEP")
+BLOCKS=${BLOCKS-$(seq -s " " 0 $(( (SEEDS + BLOCK - 1) / BLOCK - 1 )))}
 
 if compgen -G "$PARTS/part-*.json.gz" > /dev/null; then
   "$PY" -m analysis restore --dir "$PARTS"
 fi
 for b in $BLOCKS; do
-  s=$((200 + 4 * b))
-  seeds="[$s,$((s + 1)),$((s + 2)),$((s + 3))]"
-  echo "== $(date -u +%FT%TZ) v4_map seeds=$seeds"
-  nice -n 19 "$PY" -m harness.sweep sweeps/v4_map.yaml launcher=local "seeds=$seeds" --wait
+  s=$((FIRST + BLOCK * b))
+  last=$((s + BLOCK - 1)); [ "$last" -lt $((FIRST + SEEDS)) ] || last=$((FIRST + SEEDS - 1))
+  seeds="[$(seq -s , "$s" "$last")]"
+  echo "== $(date -u +%FT%TZ) $EXP seeds=$seeds"
+  nice -n 19 "$PY" -m harness.sweep "$SWEEP" launcher=local "seeds=$seeds" --wait
   archive
 done

@@ -1,0 +1,40 @@
+"""scripts/run_study_v4.sh plans its stage as blocks of seeds across every cell or arm, restores the stage's archived
+parts before it trains and archives after each block. Checked with a stand-in for Python that records the commands
+it is given (``-c`` snippets run for real: the seed count is read from the sweep file), so no run is trained."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def plan(tmp_path, **env) -> subprocess.CompletedProcess:
+    shim = tmp_path / "python"
+    shim.write_text(f'#!/usr/bin/env bash\nif [ "$1" = -c ]; then exec {sys.executable} "$@"; fi\necho "CALL $*"\n')
+    shim.chmod(0o755)
+    return subprocess.run(["bash", "scripts/run_study_v4.sh"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHON": str(shim), **env})
+
+
+def test_stage_a_restores_its_parts_then_runs_two_blocks_of_four_seeds_each_archived(tmp_path):
+    done = plan(tmp_path)
+    assert done.returncode == 0, done.stderr
+    calls = [line[5:] for line in done.stdout.splitlines() if line.startswith("CALL ")]
+    archive = "-m analysis archive --experiment v4_map --dir docs/results/v4_map/parts --metrics "
+    assert calls[0] == "-m analysis restore --dir docs/results/v4_map/parts"  # parts are committed
+    assert calls[1] == "-m harness.sweep sweeps/v4_map.yaml launcher=local seeds=[200,201,202,203] --wait"
+    assert calls[2].startswith(archive)
+    assert calls[3] == "-m harness.sweep sweeps/v4_map.yaml launcher=local seeds=[204,205,206,207] --wait"
+    assert calls[4].startswith(archive) and len(calls) == 5
+
+
+def test_one_block_on_request_and_clear_errors(tmp_path):
+    done = plan(tmp_path, BLOCKS="1")
+    sweeps = [line for line in done.stdout.splitlines() if "harness.sweep" in line]
+    assert sweeps == ["CALL -m harness.sweep sweeps/v4_map.yaml launcher=local seeds=[204,205,206,207] --wait"]
+    bad = plan(tmp_path, STAGE="c")
+    assert bad.returncode == 2 and "STAGE must be a or b" in bad.stderr
+    if not (ROOT / "sweeps" / "v4_stage_b.yaml").exists():  # stage B's sweep is written from stage A's cell
+        b = plan(tmp_path, STAGE="b")
+        assert b.returncode == 2 and "scripts/v4_stage_b.py" in b.stderr and "CALL" not in b.stdout
