@@ -19,7 +19,10 @@
 # are archived as a new part into $OUT/parts (a copy of DIR plus the new part: copy the new file back into DIR and
 # commit it). An interrupted run is lost with the scratch: BUDGET_S should leave a pack's run time before the call's
 # limit. The parts keep the metrics of `scripts/run_study_v4.sh --metrics` (ARCHIVE_METRICS to choose others).
-#   PARTS=docs/results/v4_stage_b/parts BUDGET_S=480 bash benchmarks/gpu_study.sh sweeps/v4_stage_b.yaml
+# A GPU run is not the CPU run of its spec (its own signature; the analysis refuses a cell or arm holding both), so a
+# stage run on a GPU goes to an experiment and a parts folder of its own (`archive` refuses another experiment's):
+#   PARTS=docs/results/v4_stage_b_gpu/parts BUDGET_S=480 bash benchmarks/gpu_study.sh sweeps/v4_stage_b.yaml \
+#     experiment=v4_stage_b_gpu
 set -euo pipefail
 SWEEP=${1:?usage: bash benchmarks/gpu_study.sh SWEEP.yaml [OVERRIDE ...]}
 shift
