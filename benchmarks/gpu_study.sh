@@ -57,7 +57,7 @@ t1=$(clock)
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || echo "no nvidia-smi"
   $PY -c "import torch, mlflow, hydra, submitit, ruptures; print('torch', torch.__version__, 'cuda', torch.version.cuda, '| mlflow', mlflow.__version__, '| cpus', __import__('os').cpu_count())"
   git rev-parse HEAD 2>/dev/null || echo "commit: unknown"; } | tee "$OUT/device.txt"
-EXP=$($PY -c "import sys; from harness.launch.spec import load_spec; print(load_spec(sys.argv[1]).experiment)" "$SWEEP")
+EXP=$($PY -c "import sys; from harness.launch.spec import load_spec; print(load_spec(sys.argv[1], sys.argv[2:]).experiment)" "$SWEEP" "$@")
 
 # 2. the sweep (finished runs are skipped, interrupted ones resume), after the parts' runs are restored
 if [ -n "${PARTS:-}" ] && compgen -G "$PARTS/part-*.json.gz" > /dev/null; then

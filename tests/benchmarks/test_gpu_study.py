@@ -66,9 +66,10 @@ def test_a_study_longer_than_a_call_goes_on_from_its_parts_in_the_next_call(tmp_
     assert "nothing new to archive" in second.stdout
     assert [p.name for p in (tmp_path / "out2" / "parts").glob("part-*")] == [part.name]
 
-    stopped = _study(tmp_path, "out3", "home3", "trainer.steps=4000", PARTS=str(tmp_path / "none"), BUDGET_S="20")
+    stopped = _study(tmp_path, "out3", "home3", "trainer.steps=4000", "experiment=tiny_b", PARTS=str(tmp_path / "none"),
+                     BUDGET_S="20")
     assert stopped.returncode == 0, stopped.stdout[-2000:] + stopped.stderr[-2000:]
     assert "the sweep stopped after BUDGET_S=20 s (its jobs ended)" in stopped.stdout
-    assert "nothing new to archive" in stopped.stdout  # no run of 4000 steps finished in 20 s
+    assert "hold 0 runs of 'tiny_b'" in stopped.stdout  # the override's experiment; no 4000-step run finished
     alive = subprocess.run(["pgrep", "-f", f"submitit.core._submit {tmp_path / 'home3'}/"], capture_output=True)
     assert alive.returncode == 1, alive.stdout  # the stopped sweep's jobs are gone
