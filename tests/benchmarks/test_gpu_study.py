@@ -8,16 +8,33 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_gpu_study_script_runs_a_sweep_and_brings_back_histories_and_report(tmp_path):
-    (tmp_path / "wheels").mkdir()
-    env = {**os.environ, "SMOKE": "1", "PY": sys.executable, "OUT": str(tmp_path / "out"),
-           "MOE_RL_HOME": str(tmp_path / "home"), "SITE": str(tmp_path / "site"), "WHEELS": str(tmp_path / "wheels")}
+def _study(tmp_path, out: str, home: str, *overrides: str, **extra: str) -> subprocess.CompletedProcess:
+    (tmp_path / "wheels").mkdir(exist_ok=True)
+    env = {**os.environ, "SMOKE": "1", "PY": sys.executable, "OUT": str(tmp_path / out),
+           "MOE_RL_HOME": str(tmp_path / home), "SITE": str(tmp_path / "site"), "WHEELS": str(tmp_path / "wheels"),
+           **extra}
     env.pop("MLFLOW_TRACKING_URI", None)
-    done = subprocess.run(["bash", "benchmarks/gpu_study.sh", "sweeps/tiny.yaml", "trainer.steps=4"], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=600)
+    try:
+        return subprocess.run(["bash", "benchmarks/gpu_study.sh", "sweeps/tiny.yaml", *overrides], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=600)
+    finally:  # whatever happened, no job of this scratch outlives the test
+        subprocess.run(["pkill", "-9", "-f", f"submitit.core._submit {tmp_path / home}/"], check=False)
+
+
+@pytest.fixture(scope="module")
+def first_call(tmp_path_factory):
+    """One call of the script, as a bare GPU machine would make it (with PARTS: its finished runs archived)."""
+    root = tmp_path_factory.mktemp("gpu_study")
+    return root, _study(root, "out", "home", "trainer.steps=4", PARTS=str(root / "parts"))
+
+
+def test_the_gpu_study_script_runs_a_sweep_and_brings_back_histories_and_report(first_call):
+    tmp_path, done = first_call
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     out = tmp_path / "out"
     assert "0 of 0 carried wheels missing" in done.stdout
@@ -38,29 +55,16 @@ def test_without_wheels_it_says_what_to_run_and_exits_2(tmp_path):
     assert done.returncode == 2 and "make gpu-wheels" in done.stderr
 
 
-def _study(tmp_path, out: str, home: str, *overrides: str, **extra: str) -> subprocess.CompletedProcess:
-    (tmp_path / "wheels").mkdir(exist_ok=True)
-    env = {**os.environ, "SMOKE": "1", "PY": sys.executable, "OUT": str(tmp_path / out),
-           "MOE_RL_HOME": str(tmp_path / home), "SITE": str(tmp_path / "site"), "WHEELS": str(tmp_path / "wheels"),
-           **extra}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    try:
-        return subprocess.run(["bash", "benchmarks/gpu_study.sh", "sweeps/tiny.yaml", *overrides], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=600)
-    finally:  # whatever happened, no job of this scratch outlives the test
-        subprocess.run(["pkill", "-9", "-f", f"submitit.core._submit {tmp_path / home}/"], check=False)
-
-
-def test_a_study_longer_than_a_call_goes_on_from_its_parts_in_the_next_call(tmp_path):
+def test_a_study_longer_than_a_call_goes_on_from_its_parts_in_the_next_call(first_call, tmp_path):
     """PARTS: the first call archives its finished runs as a part in OUT/parts; the next call, in a fresh scratch
     (a new device machine), restores them and trains nothing; BUDGET_S stops a sweep and still archives."""
-    first = _study(tmp_path, "out1", "home1", "trainer.steps=4", PARTS=str(tmp_path / "parts"))
+    root, first = first_call
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
-    (part,) = sorted((tmp_path / "out1" / "parts").glob("part-*.json.gz"))
+    (part,) = sorted((root / "out" / "parts").glob("part-*.json.gz"))
     with gzip.open(part, "rt") as f:
         assert len(json.load(f)["runs"]) == 4
 
-    second = _study(tmp_path, "out2", "home2", "trainer.steps=4", PARTS=str(tmp_path / "out1" / "parts"))
+    second = _study(tmp_path, "out2", "home2", "trainer.steps=4", PARTS=str(root / "out" / "parts"))
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
     assert "4 runs restored from 1 parts" in second.stdout and "0 to submit, 4 finished (skipped)" in second.stdout
     assert "nothing new to archive" in second.stdout
