@@ -41,17 +41,7 @@ clock() { date +%s.%N; }
 t0=$(clock)
 
 # 1. the missing distributions, from the carried wheels only
-$PY - "$WHEELS" "$SITE" <<'PYEOF'
-import importlib.metadata as md, pathlib, re, subprocess, sys
-wheels, site = pathlib.Path(sys.argv[1]), sys.argv[2]
-def norm(name): return re.sub(r"[-_.]+", "-", name).lower()
-have = {norm(d.metadata["Name"]) for d in md.distributions() if d.metadata["Name"]}
-missing = [w for w in sorted(wheels.glob("*.whl")) if norm(w.name.split("-")[0]) not in have]
-print(f"gpu_study: {len(missing)} of {len(list(wheels.glob('*.whl')))} carried wheels missing here, installed into {site}")
-if missing:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--upgrade",
-                    "--target", site, *map(str, missing)], check=True)
-PYEOF
+$PY benchmarks/carry_install.py "$WHEELS" "$SITE"
 export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
 t1=$(clock)
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || echo "no nvidia-smi"

@@ -37,7 +37,7 @@ def test_the_gpu_study_script_runs_a_sweep_and_brings_back_histories_and_report(
     tmp_path, done = first_call
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     out = tmp_path / "out"
-    assert "0 of 0 carried wheels missing" in done.stdout
+    assert "carry_install: 0 of 0 carried wheels missing" in done.stdout
     with gzip.open(out / "tiny" / "histories.json.gz", "rt") as f:
         runs = json.load(f)["runs"]
     assert len(runs) == 4 and {r["tags"]["numerics.key"].split(" | ")[0] for r in runs} == {"torch " + __import__(
