@@ -47,6 +47,6 @@ for b in $BLOCKS; do
   last=$((s + BLOCK - 1)); [ "$last" -lt $((FIRST + SEEDS)) ] || last=$((FIRST + SEEDS - 1))
   seeds="[$(seq -s , "$s" "$last")]"
   echo "== $(date -u +%FT%TZ) $EXP seeds=$seeds"
-  nice -n 19 "$PY" -m harness.sweep "$SWEEP" launcher=local "seeds=$seeds" --wait
+  nice -n 19 "$PY" -m harness.sweep "$SWEEP" launcher=local "seeds=$seeds" --wait || { archive; exit 1; }  # what finished is kept
   archive
 done
