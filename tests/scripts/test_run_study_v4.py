@@ -38,3 +38,21 @@ def test_one_block_on_request_and_clear_errors(tmp_path):
     if not (ROOT / "sweeps" / "v4_stage_b.yaml").exists():  # stage B's sweep is written from stage A's cell
         b = plan(tmp_path, STAGE="b")
         assert b.returncode == 2 and "scripts/v4_stage_b.py" in b.stderr and "CALL" not in b.stdout
+
+
+def test_every_archived_stage_a_run_is_a_run_of_todays_sweep_on_todays_numerics():
+    """The committed parts stand for runs the runner will not train again: each must be a run of sweeps/v4_map.yaml as
+    the code expands it today (its signature and seed) and carry the numerics key a run trained here would, or the
+    map would mix two versions (a signature drift would retrain them; a numerics change must stop the study)."""
+    from analysis.histories import read_source
+    from harness import numerics
+    from harness.launch.expand import validate
+    from harness.launch.spec import load_spec
+
+    planned = {(p.cfg.signature, str(p.cfg.seed)) for p in validate(load_spec(str(ROOT / "sweeps" / "v4_map.yaml")))}
+    doc = read_source(ROOT / "docs" / "results" / "v4_map" / "parts")
+    held = [(r["tags"]["spec_sig"], r["tags"]["seed"]) for r in doc["runs"]]
+    assert held and len(set(held)) == len(held)
+    assert set(held) <= planned, sorted(set(held) - planned)
+    assert {r["tags"]["numerics.key"] for r in doc["runs"]} == {numerics.fingerprint("cpu")["key"]}
+    assert {r["status"] for r in doc["runs"]} == {"FINISHED"}
