@@ -1,4 +1,4 @@
-"""``python -m harness.status SPEC.yaml [OVERRIDE ...] [--json]``: where every run of a sweep stands.
+"""``python -m harness.status SPEC.yaml [OVERRIDE ...] [--json] [--blind]``: where every run of a sweep stands.
 
 One row per run: its name, signature, the Slurm (or local) job, the state (the run's own result
 when it is finished in the sweep's store, as ``harness.sweep`` decides: finished / diverged / pruned; else the scheduler's: PENDING, RUNNING, ...; else
@@ -8,7 +8,9 @@ with its defaults). The reward is the report's **final** reward
 (``harness.curves.final``: the mean of the last 10 logged rewards), the same number as the run line.
 Progress comes
 from MLflow (``harness.launch.progress``) (the run with the signature's ``spec_sig`` tag in the sweep's experiment). For an
-Optuna spec (a ``tune:`` block) it prints the study's trials instead.
+Optuna spec (a ``tune:`` block) it prints the study's trials instead. ``--blind`` leaves every outcome out (no
+reward, no collapse, a diverged run shown as finished: state and step only, the outcomes not computed), so a pre-registered study can be
+watched before its one analysis without seeing what it will analyse (docs/preregistration_v4.md).
 """
 from __future__ import annotations
 
@@ -29,10 +31,12 @@ from harness.record import SUMMARY_FILE
 from harness.uri import redact
 
 
-USAGE = """usage: python -m harness.status SPEC.yaml [OVERRIDE ...] [--json]
+USAGE = """usage: python -m harness.status SPEC.yaml [OVERRIDE ...] [--json] [--blind]
 
   Prints run, signature, job, state, step, final reward, collapsed? for every run of the sweep
-  (the same overrides as harness.sweep select the same runs). --json: one JSON object per run."""
+  (the same overrides as harness.sweep select the same runs). --json: one JSON object per run.
+  --blind: no outcome (final reward, collapse), only state and step: a pre-registered study watched before its analysis."""
+OUTCOMES = ("reward", "collapsed")  # the columns --blind leaves out
 
 
 @dataclass
@@ -49,7 +53,8 @@ class RunStatus:
     detail: str = ""
 
 
-def sweep_status(spec: SweepSpec) -> list[RunStatus]:
+def sweep_status(spec: SweepSpec, outcomes: bool = True) -> list[RunStatus]:
+    """Every run's row; ``outcomes=False``: its reward and collapse left None, not computed (``--blind``)."""
     from harness.collapse import collapse_onset_index
 
     runs = validate(spec)
@@ -71,7 +76,8 @@ def sweep_status(spec: SweepSpec) -> list[RunStatus]:
         summary_path = r.cfg.run_dir / SUMMARY_FILE
         detail = ""
         if r.signature in finished:
-            state = summary_status(r.cfg.run_dir) if summary_path.exists() else "finished"
+            # the run's own end (finished / diverged / pruned); blind: "finished" (a divergence is an outcome)
+            state = summary_status(r.cfg.run_dir) if summary_path.exists() and outcomes else "finished"
         elif js is not None:
             state, detail = js.state, js.detail
             if js.alive and rec.get("launcher") == "local" and r.signature not in progress:
@@ -82,6 +88,7 @@ def sweep_status(spec: SweepSpec) -> list[RunStatus]:
         step = reward = onset = None
         if p and p["rewards"]:
             step = p["steps"][-1] + 1
+        if p and p["rewards"] and outcomes:
             reward = curves.final(p["rewards"], curves.DEFAULT_FINAL_WINDOW)
             i = collapse_onset_index(p["rewards"], rule, p["losses"])
             onset = p["steps"][i] if i is not None and i < len(p["steps"]) else i
@@ -91,17 +98,18 @@ def sweep_status(spec: SweepSpec) -> list[RunStatus]:
     return rows
 
 
-def print_status(spec: SweepSpec, rows: list[RunStatus], out=None) -> None:
+def print_status(spec: SweepSpec, rows: list[RunStatus], out=None, blind: bool = False) -> None:
     out = sys.stdout if out is None else out
-    header = ["run", "signature", "job", "state", "step", "final reward", "collapsed?"]
+    header = ["run", "signature", "job", "state", "step"] + ([] if blind else ["final reward", "collapsed?"])
     table = []
     for s in rows:
         table.append([
             s.run, s.signature, s.job or "-", s.state + (f" ({s.detail})" if s.detail else ""),
             f"{s.step}/{s.steps}" if s.step is not None else f"-/{s.steps}",
+        ] + ([] if blind else [
             f"{s.reward:.3f}" if s.reward is not None else "-",
             "-" if s.step is None else (f"yes@{s.collapsed}" if s.collapsed is not None else "no"),
-        ])
+        ]))
     print(f"sweep {spec.name} (MLflow experiment {spec.experiment!r}, jobs in {spec.sweep_dir / 'jobs.json'})", file=out)
     print(format_table(table, header), file=out)
     counts: dict[str, int] = {}
@@ -114,19 +122,21 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
 
     def body() -> int:
-        path, overrides, opts = split_args(argv, ("--json",), USAGE)
+        path, overrides, opts = split_args(argv, ("--json", "--blind"), USAGE)
+        blind = "--blind" in opts
         spec = load_spec(path, overrides)
         if spec.tune is not None:
             from harness.launch.tune.report import report
 
             report(spec, plots=False, as_json="--json" in opts)
             return 0
-        rows = sweep_status(spec)
+        rows = sweep_status(spec, outcomes=not blind)
         if "--json" in opts:
             for s in rows:
-                print(json.dumps(asdict(s)))
+                row = asdict(s)
+                print(json.dumps({k: v for k, v in row.items() if not (blind and k in OUTCOMES)}))
         else:
-            print_status(spec, rows)
+            print_status(spec, rows, blind=blind)
         return 0
 
     return cli(body)

@@ -30,6 +30,13 @@ def test_local_sweep_runs_and_resubmits_nothing(store, capsys, tmp_path):
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["state"] for r in rows] == ["finished", "finished"]
     assert all(r["step"] == 8 and r["steps"] == 8 and r["mlflow_run"] for r in rows)
+    assert status.main(args + ["--json", "--blind"]) == 0  # a pre-registered study watched: no outcome shown
+    blind = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["state"] for r in blind] == ["finished", "finished"] and [r["step"] for r in blind] == [8, 8]
+    assert not any("reward" in r or "collapsed" in r for r in blind)
+    assert status.main(args + ["--blind"]) == 0
+    table = capsys.readouterr().out
+    assert "8/8" in table and "final reward" not in table and "collapsed?" not in table
 
     before = JobsDB(spec.sweep_dir).runs
     assert sweep.main(args) == 0
