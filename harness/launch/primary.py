@@ -3,7 +3,9 @@
 A sweep spec's ``primary:`` list (``harness.launch.spec.parse_primary``: pairs of group labels and ordered
 families) is recorded when the sweep submits, before any of its jobs starts: in ``<sweep_dir>/primary.json`` and as
 the MLflow experiment tag ``primary_contrasts`` (the same JSON: ``{"contrasts": [...], "declared_at_ms": T,
-"history": [...]}``). Submitting again with the same list keeps the first declaration time; a changed list is a new
+"history": [...]}``). Submitting again with the same list keeps the first declaration time (read from
+``primary.json``, else from the experiment's tag: a new checkout's store restored from archived parts,
+:mod:`analysis.archive`); a changed list is a new
 declaration with its own time, the earlier ones kept in ``history``. ``python -m analysis report`` tests the
 declared contrasts first (Holm among themselves) and calls them *pre-registered* only when the declaration is older
 than the first run of the experiment it tests (its MLflow start time); otherwise they are labelled primary, not
@@ -39,12 +41,14 @@ def declare(spec, tracking_uri: str) -> dict | None:
     from harness.tracking import client_for
 
     path = Path(spec.sweep_dir) / FILE
+    client = client_for(tracking_uri)
+    exp = client.get_experiment_by_name(spec.experiment)
     previous = json.loads(path.read_text()) if path.exists() else None
+    if previous is None and exp.tags.get(TAG):  # a new checkout whose store holds the declaration (analysis restore)
+        previous = json.loads(exp.tags[TAG])
     record = declaration(spec.primary, previous)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1) + "\n")
-    client = client_for(tracking_uri)
-    exp = client.get_experiment_by_name(spec.experiment)
     client.set_experiment_tag(exp.experiment_id, TAG, json.dumps(record, sort_keys=True))
     return record
 

@@ -24,6 +24,19 @@ def test_the_spec_takes_pairs_and_trends_and_refuses_anything_else(tmp_path):
         assert err.value.key.startswith("primary")
 
 
+def test_a_new_checkout_keeps_the_declaration_its_restored_store_holds(tmp_path):
+    """A study that outlives its store (analysis restore): the experiment comes back with its primary_contrasts tag but
+    the new checkout has no primary.json; submitting again keeps the original declaration time (before the restored
+    runs' start), not a new one (after them: the contrasts would read as not pre-registered)."""
+    uri = f"sqlite:///{tmp_path}/m.db"
+    client = MlflowClient(uri)
+    old = {"contrasts": [["recompute", "mean_n(n=8)"]], "declared_at_ms": 1_000, "history": []}
+    client.create_experiment("prim", tags={primary.TAG: json.dumps(old, sort_keys=True)})
+    record = primary.declare(_spec(tmp_path, [["recompute", "mean_n(n=8)"]]), uri)
+    assert record["declared_at_ms"] == 1_000
+    assert json.loads(client.get_experiment_by_name("prim").tags[primary.TAG])["declared_at_ms"] == 1_000
+
+
 def test_declare_records_once_and_keeps_the_history_of_a_change(tmp_path):
     uri = f"sqlite:///{tmp_path}/m.db"
     client = MlflowClient(uri)
