@@ -21,6 +21,7 @@ run; a restored run holds only the archived metrics (the part's ``metrics``) and
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -30,6 +31,7 @@ from .histories import PART, identity, parts
 from .load import AnalysisError, _load_histories, client_for, default_tracking_uri, store_records, warn
 from .shareable import shareable
 
+LOCK = ".archive.lock"  # beside the parts: one archive at a time per folder
 PRUNED = ("status", "pruned")  # the tag of a run the tuner stopped early (harness.store.truncated): no result
 
 
@@ -70,10 +72,20 @@ def archived(folder: str | Path, experiment: str | None = None) -> dict[tuple[st
 
 
 def archive(name: str, folder: str | Path, metrics: Sequence[str], tracking_uri: str | None = None) -> Archived:
-    """Write experiment ``name``'s FINISHED, complete runs that no part of ``folder`` holds as its next part."""
+    """Write experiment ``name``'s FINISHED, complete runs that no part of ``folder`` holds as its next part. One
+    archive at a time per folder (a lock file beside the parts, ``.archive.lock``): two at once would number their
+    parts alike."""
     if not metrics:
         raise AnalysisError("--metrics: name the metrics to archive (comma-separated), e.g. reward/mean,policy/loss")
+    from filelock import FileLock
+
     folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder / LOCK), timeout=600):
+        return _archive(name, folder, metrics, tracking_uri)
+
+
+def _archive(name: str, folder: Path, metrics: Sequence[str], tracking_uri: str | None) -> Archived:
     tracking_uri = tracking_uri or default_tracking_uri()
     client, exp, records = store_records(name, tracking_uri, "attributes.status = 'FINISHED'")
     held = archived(folder, name)
@@ -98,14 +110,12 @@ def archive(name: str, folder: str | Path, metrics: Sequence[str], tracking_uri:
     done = parts(folder)
     number = int(PART.match(done[-1].name).group(1)) + 1 if done else 0
     path = folder / f"part-{number:03d}{H.SUFFIX}"
-    folder.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     try:
         tmp.write_bytes(H.encode(head, [H._run_json(r, histories) for r in new]))
-        tmp.replace(path)
-    except BaseException:
+        os.link(tmp, path)  # never over an existing part (FileExistsError)
+    finally:
         tmp.unlink(missing_ok=True)
-        raise
     return Archived(path, len(new), len(held), path.stat().st_size)
 
 
@@ -124,17 +134,22 @@ def _present(client, experiment_id: str) -> set[tuple[str, str]]:
 def _write_run(client, experiment_id: str, run: dict, part: Path) -> None:
     from mlflow.entities import Metric, Param, RunTag
 
-    tags = {**run["tags"], "restored_from": part.name, "restored_run_id": run["run_id"]}
+    tags = {**run["tags"], "restored_from": part.name, "restored_run_id": run["tags"].get("restored_run_id",
+                                                                                            run["run_id"])}
     made = client.create_run(experiment_id, start_time=int(run["start_time"]), run_name=run["run_name"])
     rid, ts = made.info.run_id, int(run["start_time"])
-    items = [RunTag(str(k), str(v)) for k, v in tags.items()]
-    params = [Param(str(k), str(v)) for k, v in run["params"].items()]
-    for i in range(0, max(len(items), len(params)), 100):
-        client.log_batch(rid, params=params[i:i + 100], tags=items[i:i + 100])
-    batch = [Metric(metric, float(v), ts, int(step)) for metric, h in run["histories"].items()
-             for step, v in zip(h["step"], H._decode_values(h["value"]))]
-    for i in range(0, len(batch), 1000):
-        client.log_batch(rid, metrics=batch[i:i + 1000])
+    try:
+        items = [RunTag(str(k), str(v)) for k, v in tags.items()]
+        params = [Param(str(k), str(v)) for k, v in run["params"].items()]
+        for i in range(0, max(len(items), len(params)), 100):
+            client.log_batch(rid, params=params[i:i + 100], tags=items[i:i + 100])
+        batch = [Metric(metric, float(v), ts, int(step)) for metric, h in run["histories"].items()
+                 for step, v in zip(h["step"], H._decode_values(h["value"]))]
+        for i in range(0, len(batch), 1000):
+            client.log_batch(rid, metrics=batch[i:i + 1000])
+    except BaseException:  # interrupted half-way: no RUNNING copy left behind (the next restore writes it whole)
+        client.delete_run(rid)
+        raise
     client.set_terminated(rid, "FINISHED")
 
 

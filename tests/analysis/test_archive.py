@@ -152,3 +152,58 @@ def test_a_folder_of_parts_reads_as_the_store_does(empty_db, tmp_path):
         load(tmp_path / "parts", metrics=(M.TIME_STEP,))
     with pytest.raises(AnalysisError, match="no parts"):
         load(tmp_path / "a")
+
+
+def test_two_archives_at_once_write_two_parts_and_overwrite_none(empty_db, tmp_path, monkeypatch):
+    """One archive at a time per folder (a lock): the second sees the first's part and writes only what is new."""
+    import threading
+    import time as _time
+
+    from analysis import archive as A
+    from analysis import histories as H
+
+    a = new_store(empty_db, tmp_path / "a")
+    log_runs(a, "study", runs([0, 1]))
+    slow = H.encode
+
+    def encode(head, rows):
+        _time.sleep(0.5)  # the window in which a second archive would number its part alike
+        return slow(head, rows)
+
+    monkeypatch.setattr(H, "encode", encode)
+    done = []
+    threads = [threading.Thread(target=lambda: done.append(A.archive("study", tmp_path / "parts", KEEP, a)))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(d.runs for d in done) == [0, 2]  # the second found everything archived
+    assert [p.name for p in parts(tmp_path / "parts")] == ["part-000.json.gz"]
+
+
+def test_a_restore_interrupted_half_way_leaves_no_run_behind(empty_db, tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    a = new_store(empty_db, tmp_path / "a")
+    log_runs(a, "study", runs([0, 1]))
+    archive("study", tmp_path / "parts", KEEP, a)
+    b = new_store(empty_db, tmp_path / "b")
+    calls = {"n": 0}
+    real = MlflowClient.log_batch
+
+    def flaky(self, run_id, metrics=(), params=(), tags=(), **kw):
+        if metrics:
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise KeyboardInterrupt  # the first run's histories, half-way
+        return real(self, run_id, metrics=metrics, params=params, tags=tags, **kw)
+
+    monkeypatch.setattr(MlflowClient, "log_batch", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        restore(tmp_path / "parts", b)
+    client = MlflowClient(b)
+    exp_id = client.get_experiment_by_name("study").experiment_id
+    assert client.search_runs([exp_id]) == []  # no RUNNING copy of the interrupted run
+    assert restore(tmp_path / "parts", b).written == 2
+    assert {r.info.status for r in client.search_runs([exp_id])} == {"FINISHED"}
