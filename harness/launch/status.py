@@ -9,7 +9,8 @@ with its defaults). The reward is the report's **final** reward
 Progress comes
 from MLflow (``harness.launch.progress``) (the run with the signature's ``spec_sig`` tag in the sweep's experiment). For an
 Optuna spec (a ``tune:`` block) it prints the study's trials instead. ``--blind`` leaves every outcome out (no
-reward, no collapse, a diverged run shown as finished: state and step only, the outcomes not computed), so a pre-registered study can be
+reward, no collapse; a diverged run shown as finished at its last planned step: state and step only, the outcomes
+not computed; refused for a tune spec, whose status is its objective values), so a pre-registered study can be
 watched before its one analysis without seeing what it will analyse (docs/preregistration_v4.md).
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ from harness.launch.cli import cli, format_table, split_args
 from harness.launch.expand import validate
 from harness.launch.jobs import JobsDB, job_states
 from harness.launch.progress import finished_in_store, mlflow_progress
-from harness.launch.spec import SweepSpec, load_spec
+from harness.launch.spec import SweepError, SweepSpec, load_spec
 from harness.launch.sweep import summary_status
 from harness.record import SUMMARY_FILE
 from harness.uri import redact
@@ -88,6 +89,8 @@ def sweep_status(spec: SweepSpec, outcomes: bool = True) -> list[RunStatus]:
         step = reward = onset = None
         if p and p["rewards"]:
             step = p["steps"][-1] + 1
+            if not outcomes and r.signature in finished:
+                step = r.cfg.trainer.steps  # blind: a run that stopped early (diverged) reads as run to the end
         if p and p["rewards"] and outcomes:
             reward = curves.final(p["rewards"], curves.DEFAULT_FINAL_WINDOW)
             i = collapse_onset_index(p["rewards"], rule, p["losses"])
@@ -125,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         path, overrides, opts = split_args(argv, ("--json", "--blind"), USAGE)
         blind = "--blind" in opts
         spec = load_spec(path, overrides)
+        if spec.tune is not None and blind:
+            raise SweepError("--blind: a tune spec's status is its trials' objective values (outcomes); "
+                             "leave --blind out, or watch its runs' progress with MLflow")
         if spec.tune is not None:
             from harness.launch.tune.report import report
 

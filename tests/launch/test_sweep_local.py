@@ -186,3 +186,9 @@ def test_ctrl_c_on_a_waiting_sweep_prints_one_line(store, tmp_path):
         except ProcessLookupError:
             break
         time.sleep(0.5)
+
+
+def test_blind_status_is_refused_for_a_tune_spec(capsys):
+    """A tune spec's status is its trials' objective values: --blind cannot hide them, so it is refused (exit 2)."""
+    assert status.main([str(SWEEPS / "tiny_tune.yaml"), "--blind"]) == 2
+    assert "--blind" in capsys.readouterr().err
