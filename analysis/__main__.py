@@ -175,6 +175,8 @@ def _archive_parsers(sub) -> None:
     rp = sub.add_parser("restore", help="write the runs of --dir's parts that the store lacks into it (a sweep then "
                         "skips them)")
     rp.add_argument("--dir", required=True, help="a folder of parts written by `archive`")
+    rp.add_argument("--marks", action="store_true", help="tags and params only (fast): enough for a sweep to skip "
+                    "the runs; the analysis reads their histories from the parts (--from DIR)")
     rp.add_argument("--tracking-uri", default=None,
                     help="MLflow tracking URI (default: sqlite:///<project root>/mlruns.db)")
 
@@ -323,7 +325,7 @@ def cmd_archive(args) -> int:
 def cmd_restore(args) -> int:
     from .archive import restore
 
-    done = restore(args.dir, args.tracking_uri)
+    done = restore(args.dir, args.tracking_uri, marks=args.marks)
     print(f"{done.written} runs restored from {done.parts} parts in {args.dir}; {done.present} were in the store")
     return 0
 

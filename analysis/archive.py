@@ -11,6 +11,9 @@ in: a new checkout of the repository starts with none. Its finished runs are kep
   into it (the experiment created, with the part's experiment tags, when it does not exist): the run's tags and
   params as exported, its original start time, the archived histories (step by step), status FINISHED, and two tags
   more, ``restored_from`` (the part's file name) and ``restored_run_id`` (the run's id in the store it ran in).
+  ``--marks``: the tags and params only (~50x faster; tag ``restored_histories=none``): enough for a sweep to skip
+  them, as a device call needs (``benchmarks/gpu_study.sh``); the analysis leaves such runs out of a store and reads
+  their histories from the parts (``--from DIR``).
 
 A run's identity is its ``(spec_sig, seed)`` tags, the key by which the harness asks a store whether a run is
 finished (:func:`harness.store.finished_run`): after ``restore`` a sweep skips the restored runs and trains only
@@ -28,7 +31,7 @@ from typing import Sequence
 
 from . import histories as H
 from .histories import PART, identity, parts
-from .load import AnalysisError, _load_histories, client_for, default_tracking_uri, store_records, warn
+from .load import MARKS_TAG, AnalysisError, _load_histories, client_for, default_tracking_uri, store_records, warn
 from .shareable import shareable
 
 LOCK = ".archive.lock"  # beside the parts: one archive at a time per folder
@@ -131,11 +134,13 @@ def _present(client, experiment_id: str) -> set[tuple[str, str]]:
             return out
 
 
-def _write_run(client, experiment_id: str, run: dict, part: Path) -> None:
+def _write_run(client, experiment_id: str, run: dict, part: Path, histories: bool = True) -> None:
     from mlflow.entities import Metric, Param, RunTag
 
     tags = {**run["tags"], "restored_from": part.name, "restored_run_id": run["tags"].get("restored_run_id",
                                                                                             run["run_id"])}
+    if not histories:
+        tags[MARKS_TAG] = "none"
     made = client.create_run(experiment_id, start_time=int(run["start_time"]), run_name=run["run_name"])
     rid, ts = made.info.run_id, int(run["start_time"])
     try:
@@ -144,7 +149,7 @@ def _write_run(client, experiment_id: str, run: dict, part: Path) -> None:
         for i in range(0, max(len(items), len(params)), 100):
             client.log_batch(rid, params=params[i:i + 100], tags=items[i:i + 100])
         batch = [Metric(metric, float(v), ts, int(step)) for metric, h in run["histories"].items()
-                 for step, v in zip(h["step"], H._decode_values(h["value"]))]
+                 for step, v in zip(h["step"], H._decode_values(h["value"]))] if histories else []
         for i in range(0, len(batch), 1000):
             client.log_batch(rid, metrics=batch[i:i + 1000])
     except BaseException:  # interrupted half-way: no RUNNING copy left behind (the next restore writes it whole)
@@ -153,8 +158,10 @@ def _write_run(client, experiment_id: str, run: dict, part: Path) -> None:
     client.set_terminated(rid, "FINISHED")
 
 
-def restore(folder: str | Path, tracking_uri: str | None = None) -> Restored:
-    """Write every FINISHED run of ``folder``'s parts that the store lacks into it."""
+def restore(folder: str | Path, tracking_uri: str | None = None, marks: bool = False) -> Restored:
+    """Write every FINISHED run of ``folder``'s parts that the store lacks into it; ``marks``: its tags and params
+    only (tag ``restored_histories=none``), ~50x faster: enough for a sweep to skip it; the analysis leaves such a run
+    out of a store (its histories are in the parts: ``--from DIR``)."""
     found = parts(folder)
     if not found:
         raise AnalysisError(f"--dir {str(folder)!r} holds no parts (part-NNN.json.gz): write them with "
@@ -182,7 +189,7 @@ def restore(folder: str | Path, tracking_uri: str | None = None) -> Restored:
             if key in have:
                 present += 1
                 continue
-            _write_run(client, exp_id, run, path)
+            _write_run(client, exp_id, run, path, histories=not marks)
             have.add(key)
             written += 1
     return Restored(written, present, len(found))

@@ -339,8 +339,9 @@ def assemble(
 
 RUN_COLUMNS = (
     "run_id", "run_name", "status", "stopped", "label", "estimator", *LEGACY_KNOB_TAGS, "seed", "model", "model_kind",
-    "task", "backend", "perturbation", "spec_sig", "group_key", "git_commit", "start_time",
+    "task", "backend", "perturbation", "spec_sig", "group_key", "git_commit", "start_time", "marks_only",
 )
+MARKS_TAG = "restored_histories"  # "none": a run restored as a mark only (analysis restore --marks), no histories
 
 
 # params that are not the spec, or not what a run computes (harness/spec/ NON_IDENTITY_KEYS + outputs)
@@ -416,6 +417,10 @@ def select_runs(runs: pd.DataFrame, include_unfinished: bool = False) -> tuple[p
         return runs, pd.DataFrame(columns=cols + ["why"])
     out = []
     keep = runs
+    marks = keep["marks_only"].astype(bool) if "marks_only" in keep else pd.Series(False, index=keep.index)
+    out += [{**r, "why": "restored as a mark only, without histories (analysis restore --marks): read its parts with "
+             "--from DIR"} for r in keep.loc[marks, cols].to_dict("records")]
+    keep = keep[~marks]
     if not include_unfinished:
         bad = keep["status"] != "FINISHED"
         out += [{**r, "why": f"status {r['status']}"} for r in keep.loc[bad, cols].to_dict("records")]
@@ -478,6 +483,7 @@ def _runs_frame(training: Sequence[RunRecord], group_by: Sequence[str]) -> pd.Da
             "run_name": run.run_name,
             "status": run.status,
             "stopped": tag_text(tags.get("status")),  # the harness's own end: finished, diverged, pruned
+            "marks_only": str(tags.get(MARKS_TAG, "")) == "none",  # (tag_text reads "none" as absent)
             "label": "",
             "estimator": tag_text(tags.get("estimator")),
             "n": tag_number(tags.get("n")),

@@ -14,8 +14,9 @@
 # 3. Into $OUT (what the device call brings back): the histories (`analysis export`), the report
 #    (`analysis report $REPORT_ARGS`), the sweep's status table, device.txt and timing.txt (wall seconds per part).
 # A study longer than one device call (a call ends after at most 10 min, and its scratch with it): PARTS=DIR names the
-# experiment's folder of archived parts (analysis/archive.py). Its runs are restored into the store first (the sweep
-# then trains only the others), the sweep and its jobs stop after BUDGET_S seconds (default: no limit), and the runs it finished
+# experiment's folder of archived parts (analysis/archive.py). Its runs are restored into the store first, as marks
+# (tags and params: the sweep then trains only the others; the call's report covers its own runs), the sweep and its
+# jobs stop after BUDGET_S seconds (default: no limit), and the runs it finished (also when the sweep failed)
 # are archived as a new part into $OUT/parts (a copy of DIR plus the new part: copy the new file back into DIR and
 # commit it). An interrupted run is lost with the scratch: BUDGET_S should leave a pack's run time before the call's
 # limit. The parts keep the metrics of `scripts/run_study_v4.sh --metrics` (ARCHIVE_METRICS to choose others).
@@ -51,22 +52,27 @@ EXP=$($PY -c "import sys; from harness.launch.spec import load_spec; print(load_
 
 # 2. the sweep (finished runs are skipped, interrupted ones resume), after the parts' runs are restored
 if [ -n "${PARTS:-}" ] && compgen -G "$PARTS/part-*.json.gz" > /dev/null; then
-  $PY -m analysis restore --dir "$PARTS"
+  # the parts must be this experiment's (checked before anything trains); marks only: enough for the sweep to skip
+  # them, ~50x faster than a full restore (a call's restore stays seconds as the stage grows)
+  $PY -c "import sys; from analysis.archive import archived
+try: archived(sys.argv[1], sys.argv[2])
+except Exception as exc: sys.exit(f'gpu_study: {exc}')" "$PARTS" "$EXP" || exit 2
+  $PY -m analysis restore --dir "$PARTS" --marks
 fi
 rc=0
 timeout "${BUDGET_S:-0}" $PY -m harness.sweep "$SWEEP" launcher=local backend.device=$DEV "launcher.seeds_per_job=$PACK" \
   "launcher.array_parallelism=$PAR" "$@" --wait || rc=$?
-[ "$rc" = 0 ] || [ "$rc" = 124 ] || exit "$rc"
 if [ "$rc" = 124 ]; then  # its jobs (own sessions: submitit's local executor) would go on writing to the store
   pkill -9 -f "submitit.core._submit $MOE_RL_HOME/" || true
   echo "gpu_study: the sweep stopped after BUDGET_S=$BUDGET_S s (its jobs ended); the runs it finished are archived"
 fi
-if [ -n "${PARTS:-}" ]; then
+if [ -n "${PARTS:-}" ]; then  # also when the sweep failed: what finished is kept
   mkdir -p "$OUT/parts"
   if [ -d "$PARTS" ]; then cp -n "$PARTS"/part-*.json.gz "$OUT/parts/" 2>/dev/null || true; fi
   $PY -m analysis archive --experiment "$EXP" --dir "$OUT/parts" \
     --metrics "${ARCHIVE_METRICS:-$(bash scripts/run_study_v4.sh --metrics)}"
 fi
+[ "$rc" = 0 ] || [ "$rc" = 124 ] || exit "$rc"
 t2=$(clock)
 $PY -m harness.status "$SWEEP" backend.device=$DEV "$@" > "$OUT/status.txt" 2>&1 || true
 

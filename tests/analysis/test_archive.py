@@ -207,3 +207,24 @@ def test_a_restore_interrupted_half_way_leaves_no_run_behind(empty_db, tmp_path,
     assert client.search_runs([exp_id]) == []  # no RUNNING copy of the interrupted run
     assert restore(tmp_path / "parts", b).written == 2
     assert {r.info.status for r in client.search_runs([exp_id])} == {"FINISHED"}
+
+
+def test_marks_are_enough_to_skip_and_the_analysis_leaves_them_out_of_a_store(empty_db, tmp_path):
+    """restore --marks (a device call's restore): tags and params only; the launcher counts the runs finished, the
+    analysis of the store leaves them out with the reason (their histories are read from the parts)."""
+    from mlflow.tracking import MlflowClient
+
+    a = new_store(empty_db, tmp_path / "a")
+    log_runs(a, "study", runs([0, 1]))
+    archive("study", tmp_path / "parts", KEEP, a)
+    b = new_store(empty_db, tmp_path / "b")
+    assert restore(tmp_path / "parts", b, marks=True).written == 2
+    assert finished_signatures(b, "study") == finished_signatures(a, "study")
+    client = MlflowClient(b)
+    (run, _) = client.search_runs([client.get_experiment_by_name("study").experiment_id])
+    assert run.data.metrics == {} and run.data.tags["restored_histories"] == "none"
+    log_runs(b, "study", runs([2]))  # a run trained in this store
+    exp = load_experiment("study", b, metrics=tuple(KEEP))
+    assert list(exp.runs["seed"].astype(int)) == [2]
+    assert any("restored as a mark only" in w for w in exp.excluded["why"])
+    assert restore(tmp_path / "parts", b).written == 0  # present (FINISHED) already: not written again

@@ -77,3 +77,10 @@ def test_a_study_longer_than_a_call_goes_on_from_its_parts_in_the_next_call(firs
     assert "hold 0 runs of 'tiny_b'" in stopped.stdout  # the override's experiment; no 4000-step run finished
     alive = subprocess.run(["pgrep", "-f", f"submitit.core._submit {tmp_path / 'home3'}/"], capture_output=True)
     assert alive.returncode == 1, alive.stdout  # the stopped sweep's jobs are gone
+
+
+def test_parts_of_another_experiment_are_refused_before_anything_trains(first_call, tmp_path):
+    root, _ = first_call
+    done = _study(tmp_path, "out", "home", "trainer.steps=4", "experiment=other", PARTS=str(root / "out" / "parts"))
+    assert done.returncode == 2 and "holds experiment 'tiny', not 'other'" in done.stderr
+    assert not (tmp_path / "home" / "mlruns.db").exists() or "to submit" not in done.stdout
