@@ -52,7 +52,7 @@ study-v4: install
 	bash scripts/run_study_v4.sh
 	$(PY) scripts/calibrate_along.py --out docs/results/v4_calibration
 	$(PY) -m analysis survival --experiment v4_positive --horizon 300 --pair "recompute|mean_n(n=8)" --out docs/results/v4_positive
-	$(PY) -m analysis hazard --experiment v4_map --horizon 1500 --out docs/results/v4_map
+	$(PY) -m analysis hazard --from docs/results/v4_map/parts --horizon 1500 --out docs/results/v4_map
 	$(PY) -m analysis export --experiment v4_positive --metrics $(V4_METRICS) --out docs/results/v4_positive/histories.json.gz
 
 # Stage B, once stage A's rule chose its cell and an amendment names it: `scripts/v4_stage_b.py` writes

@@ -70,7 +70,7 @@ def sweep_text(dose: float, lr: float, seeds: int, labels: dict[str, str] | None
 # Arms: recompute, rollout, TIS (C 2), R3 and mean_8 at the dose; recompute on the natural engine (the no-noise
 # control); recompute and mean_8 at half and twice the dose. Horizon {HORIZON} scored steps + {TAIL} unscored.
 #   python -m harness.sweep sweeps/v4_stage_b.yaml launcher=local --wait      # or benchmarks/gpu_study.sh on a GPU
-#   python -m analysis survival --experiment v4_stage_b --horizon {HORIZON} {pairs} --interaction "recompute|mean_n(n=8)" --out docs/results/v4_stage_b
+#   python -m analysis survival --from docs/results/v4_stage_b/parts --horizon {HORIZON} {pairs} --interaction "recompute|mean_n(n=8)" --out docs/results/v4_stage_b
 name: v4_stage_b
 description: "stage B: 10 arms x {seeds} paired seeds at dose {dose:g} (and half, twice), lr {lr:g}, clip 1.0, {HORIZON}+{TAIL} steps"
 experiment: v4_stage_b

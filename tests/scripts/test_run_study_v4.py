@@ -1,17 +1,20 @@
 """scripts/run_study_v4.sh plans its stage as blocks of seeds across every cell or arm, restores the stage's archived
 parts before it trains and archives after each block. Checked with a stand-in for Python that records the commands
-it is given (``-c`` snippets run for real: the seed count is read from the sweep file), so no run is trained."""
+it is given (``-c`` snippets and scripts run for real: the seed count, the parts' numerics), so no run is trained."""
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def plan(tmp_path, **env) -> subprocess.CompletedProcess:
     shim = tmp_path / "python"
-    shim.write_text(f'#!/usr/bin/env bash\nif [ "$1" = -c ]; then exec {sys.executable} "$@"; fi\necho "CALL $*"\n')
+    shim.write_text(f'#!/usr/bin/env bash\nif [ "$1" = -c ] || [[ "$1" == *.py ]]; then exec {sys.executable} "$@"; fi\n'
+                    'echo "CALL $*"\n')
     shim.chmod(0o755)
     return subprocess.run(["bash", "scripts/run_study_v4.sh"], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHON": str(shim), **env})
@@ -22,7 +25,7 @@ def test_stage_a_restores_its_parts_then_runs_two_blocks_of_four_seeds_each_arch
     assert done.returncode == 0, done.stderr
     calls = [line[5:] for line in done.stdout.splitlines() if line.startswith("CALL ")]
     archive = "-m analysis archive --experiment v4_map --dir docs/results/v4_map/parts --metrics "
-    assert calls[0] == "-m analysis restore --dir docs/results/v4_map/parts"  # parts are committed
+    assert calls[0] == "-m analysis restore --dir docs/results/v4_map/parts --marks"  # parts are committed
     assert calls[1] == "-m harness.sweep sweeps/v4_map.yaml launcher=local seeds=[200,201,202,203] --wait"
     assert calls[2].startswith(archive)
     assert calls[3] == "-m harness.sweep sweeps/v4_map.yaml launcher=local seeds=[204,205,206,207] --wait"
@@ -49,10 +52,29 @@ def test_every_archived_stage_a_run_is_a_run_of_todays_sweep_on_todays_numerics(
     from harness.launch.expand import validate
     from harness.launch.spec import load_spec
 
-    planned = {(p.cfg.signature, str(p.cfg.seed)) for p in validate(load_spec(str(ROOT / "sweeps" / "v4_map.yaml")))}
+    numerics.pin()
+    here = numerics.fingerprint("cpu")["key"]
     doc = read_source(ROOT / "docs" / "results" / "v4_map" / "parts")
+    if {r["tags"]["numerics.key"] for r in doc["runs"]} != {here}:  # the runner refuses such a machine (tested below)
+        pytest.skip(f"this machine trains numerics {here!r}, not the parts' (stage A runs where its parts were trained)")
+    planned = {(p.cfg.signature, str(p.cfg.seed)) for p in validate(load_spec(str(ROOT / "sweeps" / "v4_map.yaml")))}
     held = [(r["tags"]["spec_sig"], r["tags"]["seed"]) for r in doc["runs"]]
     assert held and len(set(held)) == len(held)
     assert set(held) <= planned, sorted(set(held) - planned)
-    assert {r["tags"]["numerics.key"] for r in doc["runs"]} == {numerics.fingerprint("cpu")["key"]}
     assert {r["status"] for r in doc["runs"]} == {"FINISHED"}
+
+
+def test_parts_of_other_numerics_stop_the_runner_before_it_trains(monkeypatch, capsys):
+    """A machine whose numerics key differs from the parts' (another torch build or pins) must not restore them and
+    train the rest: the stage would mix two versions. The runner calls this check first (exit 2 stops it)."""
+    import importlib.util
+
+    from harness import numerics
+
+    spec = importlib.util.spec_from_file_location("parts_numerics", ROOT / "scripts" / "parts_numerics.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    parts = str(ROOT / "docs" / "results" / "v4_map" / "parts")
+    monkeypatch.setattr(numerics, "fingerprint", lambda device: {"key": "another build"})
+    assert mod.main([parts]) == 2 and "would not pool" in capsys.readouterr().err
+    assert "scripts/parts_numerics.py" in (ROOT / "scripts" / "run_study_v4.sh").read_text()
