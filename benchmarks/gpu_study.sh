@@ -53,7 +53,7 @@ EXP=$($PY -c "import sys; from harness.launch.spec import load_spec; print(load_
 # 2. the sweep (finished runs are skipped, interrupted ones resume), after the parts' runs are restored
 if [ -n "${PARTS:-}" ] && compgen -G "$PARTS/part-*.json.gz" > /dev/null; then
   # the parts must be this experiment's (checked before anything trains); marks only: enough for the sweep to skip
-  # them, ~50x faster than a full restore (a call's restore stays seconds as the stage grows)
+  # them, ~25x faster than a full restore (a call's restore stays seconds as the stage grows)
   $PY -c "import sys; from analysis.archive import archived
 try: archived(sys.argv[1], sys.argv[2])
 except Exception as exc: sys.exit(f'gpu_study: {exc}')" "$PARTS" "$EXP" || exit 2
