@@ -4,7 +4,8 @@
 #   here (network):  make gpu-wheels                    # .whl/study-cp312 (the wheels a bare GPU machine lacks)
 #   there:           bash benchmarks/gpu_session.sh     # the device tool: carry [".whl"], timeout_s 590
 #   a CPU check:     SMOKE=1 bash benchmarks/gpu_session.sh   (tiny; tests/benchmarks/test_gpu_session.py)
-# Each part has its own time limit (the sum fits one call), so a part that hangs leaves the others' tables. Into $OUT
+# Each part has its own time limit, cut to what is left before a deadline (570 s after the start, install included;
+# `timeout -k 5`), so a part that hangs leaves the others' tables and the call ends in time. Into $OUT
 # (default runs/gpu_session; what the call brings back):
 #   device.txt         the GPU, driver, torch, commit
 #   setup.md           item 2: packs of 1, 64 and 512 seeds (recompute) set up from an empty warm-start cache, their
@@ -41,11 +42,14 @@ mkdir -p "$OUT" "$SITE" "$MOE_RL_HOME"
 $PY benchmarks/carry_install.py "$WHEELS" "$SITE" || exit 1
 export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
 : > "$OUT/timing.txt"
-part() {  # part NAME LIMIT_S OUTFILE COMMAND...: the command under its limit, its output teed into OUTFILE
+DEADLINE=${DEADLINE_S:-570}  # seconds from the start by which every part has ended (the device call: 590)
+part() {  # part NAME LIMIT_S OUTFILE COMMAND...: the command under its limit (and the deadline), output into OUTFILE
   local name=$1 limit=$2 file=$3; shift 3
-  local t0=$SECONDS
+  local t0=$SECONDS left=$((DEADLINE - SECONDS))
+  [ "$left" -lt "$limit" ] && limit=$left
+  if [ "$limit" -lt 10 ]; then echo "$name skipped: the call's deadline" | tee -a "$OUT/timing.txt"; return; fi
   echo "== $name (at most ${limit} s)"
-  timeout "$limit" "$@" 2>&1 | tee "$OUT/$file"
+  timeout -k 5 "$limit" "$@" 2>&1 | tee "$OUT/$file"
   local rc=${PIPESTATUS[0]}
   echo "$name $((SECONDS - t0)) s (exit $rc)" | tee -a "$OUT/timing.txt"
 }
@@ -62,6 +66,8 @@ part deterministic 50 deterministic.md $PY benchmarks/pack_scaling.py --device $
 part identity 45 identity.txt bash -c "$PY benchmarks/gpu_pack_check.py --device $DEV --pack 8 --steps 3 --against again backend.deterministic=true ${SMALL[*]} && $PY benchmarks/gpu_pack_check.py --device $DEV --pack 8 --steps 3 --against again ${SMALL[*]}"
 part resume 50 resume.txt $PY benchmarks/resume_check.py --device $DEV --steps 8 --stop 5 --every 3 \
   backend.deterministic=true "${SMALL[@]}"
+left=$((DEADLINE - SECONDS - 60))  # the study's sweep stops in time for its archive, export and report (~60 s)
+[ "$left" -lt "$STUDY_S" ] && STUDY_S=$left
 part study $((STUDY_S + 60)) study.txt env OUT="$OUT/study" SITE="$SITE" WHEELS="$WHEELS" PY="$PY" \
   PARTS="$OUT/none" BUDGET_S="$STUDY_S" bash benchmarks/gpu_study.sh $STUDY "${STUDY_ARGS[@]}"
 cat "$OUT/timing.txt"
