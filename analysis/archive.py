@@ -18,7 +18,8 @@ in: a new checkout of the repository starts with none. Its finished runs are kep
 A run's identity is its ``(spec_sig, seed)`` tags, the key by which the harness asks a store whether a run is
 finished (:func:`harness.store.finished_run`): after ``restore`` a sweep skips the restored runs and trains only
 the others, and the analysis reads restored and new runs alike. A run already in a part is not archived again
-(restored runs included); a run the store already holds FINISHED is not restored again. On the CPU a run is
+(restored runs included: a ``--rerun`` after archiving stays out of the parts, which keep the first; archive before
+a rerun's folder, or in a new folder); a run the store already holds FINISHED is not restored again. On the CPU a run is
 bitwise the same curve whenever it is trained (docs/design.md, "Tracking and identity"), so a lost run trained again is the same
 run; a restored run holds only the archived metrics (the part's ``metrics``) and no artifacts.
 """

@@ -38,6 +38,10 @@ esac
 [ -f "$SWEEP" ] || { echo "error: no $SWEEP: stage B's sweep is written by scripts/v4_stage_b.py from stage A's cell (docs/preregistration_v4.md)" >&2; exit 2; }
 SEEDS=$("$PY" -c "import sys; from harness.launch.spec import load_spec; print(len(load_spec(sys.argv[1]).seeds))" "$SWEEP")
 BLOCKS=${BLOCKS-$(seq -s " " 0 $(( (SEEDS + BLOCK - 1) / BLOCK - 1 )))}
+NBLOCKS=$(( (SEEDS + BLOCK - 1) / BLOCK ))
+for b in $BLOCKS; do
+  [[ "$b" =~ ^[0-9]+$ ]] && [ "$b" -lt "$NBLOCKS" ] || { echo "error: BLOCKS: '$b' is not a block of $SWEEP (0..$((NBLOCKS - 1)))" >&2; exit 2; }
+done
 
 if compgen -G "$PARTS/part-*.json.gz" > /dev/null; then
   # the parts' runs stand for runs not trained again: they must be this machine's numerics (else the stage mixes two)
@@ -49,6 +53,6 @@ for b in $BLOCKS; do
   last=$((s + BLOCK - 1)); [ "$last" -lt $((FIRST + SEEDS)) ] || last=$((FIRST + SEEDS - 1))
   seeds="[$(seq -s , "$s" "$last")]"
   echo "== $(date -u +%FT%TZ) $EXP seeds=$seeds"
-  nice -n 19 "$PY" -m harness.sweep "$SWEEP" launcher=local "seeds=$seeds" --wait || { archive; exit 1; }  # what finished is kept
+  nice -n 19 "$PY" -m harness.sweep "$SWEEP" launcher=local "seeds=$seeds" --wait || { archive || true; exit 1; }  # what finished is kept
   archive
 done

@@ -36,6 +36,10 @@ def test_one_block_on_request_and_clear_errors(tmp_path):
     done = plan(tmp_path, BLOCKS="1")
     sweeps = [line for line in done.stdout.splitlines() if "harness.sweep" in line]
     assert sweeps == ["CALL -m harness.sweep sweeps/v4_map.yaml launcher=local seeds=[204,205,206,207] --wait"]
+    for blocks in ("2", "x"):
+        wrong = plan(tmp_path, BLOCKS=blocks)
+        assert wrong.returncode == 2 and "is not a block of sweeps/v4_map.yaml (0..1)" in wrong.stderr
+        assert "harness.sweep" not in wrong.stdout
     bad = plan(tmp_path, STAGE="c")
     assert bad.returncode == 2 and "STAGE must be a or b" in bad.stderr
     if not (ROOT / "sweeps" / "v4_stage_b.yaml").exists():  # stage B's sweep is written from stage A's cell
