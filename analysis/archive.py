@@ -58,12 +58,21 @@ class Restored:
     parts: int
 
 
+def _read(path: Path) -> dict:
+    """A part (:func:`analysis.histories.read`), its errors worded for ``--dir``."""
+    try:
+        return H.read(path)
+    except AnalysisError as exc:
+        raise AnalysisError(str(exc).replace("--from", "--dir", 1).replace("python -m analysis export",
+                                                                          "python -m analysis archive")) from None
+
+
 def archived(folder: str | Path, experiment: str | None = None) -> dict[tuple[str, str], Path]:
     """The identity of every run the parts of ``folder`` hold, and its part. Parts of another experiment than
     ``experiment`` are refused (one folder, one experiment)."""
     held: dict[tuple[str, str], Path] = {}
     for path in parts(folder):
-        doc = H.read(path)
+        doc = _read(path)
         name = (doc.get("experiment") or {}).get("name")
         if experiment is not None and name != experiment:
             raise AnalysisError(f"--dir {str(folder)!r}: {path.name} holds experiment {name!r}, not {experiment!r}: "
@@ -171,7 +180,7 @@ def restore(folder: str | Path, tracking_uri: str | None = None, marks: bool = F
     client = client_for(tracking_uri)
     written = present = 0
     for path in found:
-        doc = H.read(path)
+        doc = _read(path)
         head = doc.get("experiment") or {}
         name = str(head.get("name"))
         exp = client.get_experiment_by_name(name)

@@ -64,8 +64,11 @@ class GMPORS(RAIS):
     def label(cls, values) -> str:
         """``gmpo(eps=0.4)`` when ``gamma_min`` is 1 (gamma <= 1 is floored away: plain GMPO, no router shift), else
         ``gmpo_rs(gmin=0.8,eps=0.4)`` (``gmpo_rs(eps=0.4)`` where the floor is not known: runs that did not tag it)."""
-        gmin = values.get("gamma_min")
-        if isinstance(gmin, (int, float)) and float(gmin) == 1.0:
+        try:
+            gmin = float(values.get("gamma_min"))  # a number, or its text ("1.0")
+        except (TypeError, ValueError):
+            gmin = None
+        if gmin == 1.0:
             return label_from("gmpo", [("eps", values.get("log_clip"))])
         return super().label(values)
 

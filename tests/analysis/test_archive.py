@@ -228,3 +228,14 @@ def test_marks_are_enough_to_skip_and_the_analysis_leaves_them_out_of_a_store(em
     assert list(exp.runs["seed"].astype(int)) == [2]
     assert any("restored as a mark only" in w for w in exp.excluded["why"])
     assert restore(tmp_path / "parts", b).written == 0  # present (FINISHED) already: not written again
+
+
+def test_a_damaged_part_is_refused_in_one_line_naming_it(empty_db, tmp_path, capsys):
+    from analysis.__main__ import main
+
+    (tmp_path / "parts").mkdir()
+    (tmp_path / "parts" / "part-000.json.gz").write_bytes(b"not gzip")
+    b = new_store(empty_db, tmp_path / "b")
+    assert main(["restore", "--dir", str(tmp_path / "parts"), "--tracking-uri", b]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--dir" in err and "part-000.json.gz" in err and "--from" not in err and len(err.splitlines()) == 1

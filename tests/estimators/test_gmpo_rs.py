@@ -157,5 +157,6 @@ def test_plain_gmpo_is_labelled_gmpo_and_gmpo_rs_names_its_floor():
     from harness.estimators import label
 
     assert label("gmpo_rs", {"gamma_min": 1.0, "log_clip": 0.4}) == "gmpo(eps=0.4)"
+    assert label("gmpo_rs", {"gamma_min": "1.0", "log_clip": 0.4}) == "gmpo(eps=0.4)"  # as a tag's text
     assert label("gmpo_rs", {"gamma_min": 0.8, "log_clip": 0.4}) == "gmpo_rs(gmin=0.8,eps=0.4)"
     assert label("gmpo_rs", {"log_clip": 0.4}) == "gmpo_rs(eps=0.4)"  # the floor unknown
