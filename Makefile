@@ -48,6 +48,7 @@ study: install
 # (docs/results/v4_map/parts: `analysis hazard --from` reads the folder)
 V4_METRICS := $(shell bash scripts/run_study_v4.sh --metrics)
 study-v4: install
+	$(PY) -m analysis restore --dir docs/results/v4_positive/histories.json.gz  # the control's committed runs: not retrained
 	nice -n 5 $(PY) -m harness.sweep sweeps/v4_positive.yaml launcher=local --wait
 	bash scripts/run_study_v4.sh
 	$(PY) scripts/calibrate_along.py --out docs/results/v4_calibration

@@ -174,7 +174,8 @@ def _archive_parsers(sub) -> None:
     ap.add_argument("--metrics", required=True, help="comma-separated metric names the parts keep")
     rp = sub.add_parser("restore", help="write the runs of --dir's parts that the store lacks into it (a sweep then "
                         "skips them)")
-    rp.add_argument("--dir", required=True, help="a folder of parts written by `archive`")
+    rp.add_argument("--dir", required=True, metavar="DIR|FILE",
+                    help="a folder of parts written by `archive`, or one histories file written by `export`")
     rp.add_argument("--marks", action="store_true", help="tags and params only (fast): enough for a sweep to skip "
                     "the runs; the analysis reads their histories from the parts (--from DIR)")
     rp.add_argument("--tracking-uri", default=None,

@@ -169,10 +169,11 @@ def _write_run(client, experiment_id: str, run: dict, part: Path, histories: boo
 
 
 def restore(folder: str | Path, tracking_uri: str | None = None, marks: bool = False) -> Restored:
-    """Write every FINISHED run of ``folder``'s parts that the store lacks into it; ``marks``: its tags and params
+    """Write every FINISHED run of ``folder``'s parts (or of one histories file, ``analysis export``'s) that the store
+    lacks into it; ``marks``: its tags and params
     only (tag ``restored_histories=none``), ~25x faster: enough for a sweep to skip it; the analysis leaves such a run
     out of a store (its histories are in the parts: ``--from DIR``)."""
-    found = parts(folder)
+    found = [Path(folder)] if Path(folder).is_file() else parts(folder)  # a folder of parts, or one histories file
     if not found:
         raise AnalysisError(f"--dir {str(folder)!r} holds no parts (part-NNN.json.gz): write them with "
                             "`python -m analysis archive`")

@@ -239,3 +239,15 @@ def test_a_damaged_part_is_refused_in_one_line_naming_it(empty_db, tmp_path, cap
     assert main(["restore", "--dir", str(tmp_path / "parts"), "--tracking-uri", b]) == 2
     err = capsys.readouterr().err.strip()
     assert "--dir" in err and "part-000.json.gz" in err and "--from" not in err and len(err.splitlines()) == 1
+
+
+def test_one_exported_histories_file_restores_like_a_part(empty_db, tmp_path):
+    """`analysis export`'s file (e.g. a finished experiment's committed histories): its FINISHED runs restored."""
+    from analysis.histories import export
+
+    a = new_store(empty_db, tmp_path / "a")
+    log_runs(a, "study", runs([0, 1, 2]))
+    export("study", a, tmp_path / "h.json.gz", metrics=KEEP)
+    b = new_store(empty_db, tmp_path / "b")
+    assert restore(tmp_path / "h.json.gz", b).written == 3
+    assert finished_signatures(b, "study") == finished_signatures(a, "study")
