@@ -32,7 +32,8 @@ from typing import Sequence
 
 from . import histories as H
 from .histories import PART, identity, parts
-from .load import MARKS_TAG, AnalysisError, _load_histories, client_for, default_tracking_uri, store_records, warn
+from .load import (MARKS_TAG, AnalysisError, _load_histories, _search_all, client_for, default_tracking_uri,
+                   store_records, warn)
 from .shareable import shareable
 
 LOCK = ".archive.lock"  # beside the parts: one archive at a time per folder
@@ -134,14 +135,8 @@ def _archive(name: str, folder: Path, metrics: Sequence[str], tracking_uri: str 
 
 def _present(client, experiment_id: str) -> set[tuple[str, str]]:
     """Identities with a FINISHED, complete run in the experiment."""
-    out, token = set(), None
-    while True:
-        page = client.search_runs([experiment_id], "attributes.status = 'FINISHED'", max_results=1000,
-                                  page_token=token)
-        out |= {k for r in page if r.data.tags.get(PRUNED[0]) != PRUNED[1] and (k := identity(r.data.tags)) is not None}
-        token = page.token
-        if not token:
-            return out
+    return {k for r in _search_all(client, experiment_id, "attributes.status = 'FINISHED'")
+            if r.data.tags.get(PRUNED[0]) != PRUNED[1] and (k := identity(r.data.tags)) is not None}
 
 
 def _write_run(client, experiment_id: str, run: dict, part: Path, histories: bool = True) -> None:
