@@ -41,7 +41,7 @@ from harness import metrics as M
 from .config import AnalysisConfig
 from .histories import open_experiment
 from .load import AnalysisError, Experiment, require_one_estimator
-from .measures import measure_experiment
+from .measures import first_nonfinite_step, measure_experiment
 from .paths import out_folder
 from .stats import iqm
 from .survival import kaplan_meier, share
@@ -255,12 +255,31 @@ class HazardMap:
     files: list[Path] = field(default_factory=list)
 
 
-def _notes(exp: Experiment, runs: pd.DataFrame, cells: pd.DataFrame, horizon: float) -> list[str]:
+def _stopped_nonfinite(exp: Experiment, run_id: str, cfg: AnalysisConfig) -> tuple[float, str]:
+    """(step, "loss" or "reward") of a run's first non-finite logged value, or (NaN, "") when it has none."""
+    found = []
+    for what, metric in (("loss", cfg.loss_metric), ("reward", cfg.reward_metric)):
+        series = exp.series(metric, run_id)
+        step = first_nonfinite_step(series.index.to_numpy(), series.to_numpy(dtype=float)) if len(series) else math.nan
+        if not math.isnan(step):
+            found.append((step, what))
+    return min(found) if found else (math.nan, "")
+
+
+def _notes(exp: Experiment, runs: pd.DataFrame, cells: pd.DataFrame, horizon: float,
+           cfg: AnalysisConfig) -> list[str]:
     notes = list(exp.notes)
     no_tail = runs[runs["last_step"] <= horizon]
-    if len(no_tail):
-        notes.append(f"{len(no_tail)} run(s) end at or before H = {horizon:g} (no unscored tail: a dip open at their "
-                     f"last step counts as a collapse): {', '.join(r[:8] for r in no_tail['run_id'])}.")
+    stopped = {rid: _stopped_nonfinite(exp, rid, cfg) for rid in no_tail["run_id"]}
+    diverged = [f"{rid[:8]} (a non-finite {what} at step {step:g})" for rid, (step, what) in stopped.items()
+                if what]
+    if diverged:
+        notes.append(f"{len(diverged)} run(s) stopped before H = {horizon:g} on a non-finite value (diverged: an event "
+                     f"by step {horizon:g} whatever their curve): {', '.join(diverged)}.")
+    short = [rid[:8] for rid, (_, what) in stopped.items() if not what]
+    if short:
+        notes.append(f"{len(short)} run(s) end at or before H = {horizon:g} (no unscored tail: a dip open at their "
+                     f"last step counts as a collapse): {', '.join(short)}.")
     early = int(cells["censored_early"].sum())
     if early:
         notes.append(f"{early} run(s) stopped before H without a collapse: censored at their last step, counted in "
@@ -292,7 +311,7 @@ def build_hazard(experiment: str | None, tracking_uri: str | None, out: str | Pa
     runs = run_table(exp, cfg, horizon)
     cells = cell_table(runs, horizon, cfg.ci)
     rule = select_cell(cells)
-    notes = _notes(exp, runs, cells, horizon)
+    notes = _notes(exp, runs, cells, horizon, cfg)
     result = HazardMap(exp.name, horizon, runs, cells, rule, notes)
     folder = out_folder(exp.name, out)
     folder.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ exported histories file. The rule's three outcomes: a qualifying cell, a tie goi
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -65,12 +66,19 @@ QUALIFIES = sweep({("0.0", "0.0003"): 2, ("0.001", "0.0003"): 2, ("0.001", "0.00
 TIE = sweep({("0.001", "0.0003"): 2, ("0.001", "0.0006"): 2}, doses=("0.0", "0.001"))
 # none: nothing in [0.3, 0.7] with a quiet control; 0.001 only equals the control, 0.003 exceeds it at 3e-4 (1/4 vs 0/4)
 NONE = sweep({("0.0", "0.0006"): 2, ("0.001", "0.0006"): 2, ("0.003", "0.0003"): 1, ("0.003", "0.0006"): 2})
+# short: seed 200 of the first cell diverges (a NaN loss from step 89 on, the run stopped at 89), seed 201 was planned
+# to end at step 89 (no unscored tail); the notes tell the two apart
+SHORT = sweep({}, doses=("0.0",))
+SHORT[0] = replace(SHORT[0], reward=SHORT[0].reward[:90], loss_nan_at=89,
+                   k3=SHORT[0].k3[:90], extra_metrics={M.MISMATCH_REC_K3: SHORT[0].k3[:90]})
+SHORT[1] = replace(SHORT[1], reward=SHORT[1].reward[:90],
+                   k3=SHORT[1].k3[:90], extra_metrics={M.MISMATCH_REC_K3: SHORT[1].k3[:90]})
 
 
 @pytest.fixture(scope="module")
 def hazard_store(logged_store):
     return logged_store({
-        "map_qualifies": QUALIFIES, "map_tie": TIE, "map_none": NONE,
+        "map_qualifies": QUALIFIES, "map_tie": TIE, "map_none": NONE, "map_short": SHORT,
         "map_no_lr": [SyntheticRun("recompute", 0, curve(60, seed=1), params={"inference.kl_target": "0.0"})],
         "map_two_estimators": [SyntheticRun(e, 0, curve(60, seed=2), params={"inference.kl_target": "0.0",
                                                                              "trainer.lr": "0.0003"})
@@ -131,6 +139,19 @@ def test_no_cell_qualifies_and_the_onset_dose_is_named(hazard_store, tmp_path):
     assert r.rule.chosen is None and r.rule.onset == (0.003, [0.0003])
     text = (tmp_path / "rule.md").read_text()
     assert "**No cell qualifies.**" in text and "**0.003** (lr 0.0003: 1/4 vs the control's 0/4)" in text
+
+
+def test_notes_tell_a_diverged_run_from_one_planned_short(hazard_store, tmp_path):
+    r = build_hazard("map_short", hazard_store, tmp_path, CFG, H, echo=None)
+    first = r.runs[r.runs["lr"] == 0.0003].set_index("seed")  # SHORT[0] and SHORT[1]: the first cell's seeds 200, 201
+    ids = first["run_id"].str[:8]
+    diverged = next(n for n in r.notes if "non-finite" in n)
+    assert diverged.startswith("1 run(s) stopped before H = 100 on a non-finite value")
+    assert f"{ids[200]} (a non-finite loss at step 89)" in diverged and ids[201] not in diverged
+    short = next(n for n in r.notes if "no unscored tail" in n)
+    assert short.startswith("1 run(s) end at or before H = 100") and short.endswith(f": {ids[201]}.")
+    assert first.loc[200, "event"] and not first.loc[201, "event"]
+    assert "a non-finite loss at step 89" in (tmp_path / "rule.md").read_text()
 
 
 def test_nearest_half_and_ties_on_eight_seeds():
