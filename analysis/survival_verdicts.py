@@ -244,6 +244,17 @@ class SurvivalVerdicts:
     files: list[Path] = field(default_factory=list)
 
 
+def _event_note(runs: pd.DataFrame, horizon: float) -> str:
+    """What an event is, and the runs that stopped before H: censored at their last step when no event came first,
+    events when one did (a run stopped on a non-finite loss or reward)."""
+    stopped = runs["last_step"] < horizon
+    censored, diverged = int((stopped & ~runs["event"]).sum()), int((stopped & runs["event"]).sum())
+    return ("an event = a persistent collapse (detector v2 on the whole curve, tail included) or a non-finite "
+            "reward/loss starting at or before H; else censored at H"
+            + (f"; {censored} run(s) stopped before H without an event (censored at their last step)" if censored else "")
+            + (f"; {diverged} run(s) stopped before H after their event (events)" if diverged else ""))
+
+
 def build_survival(experiment: str | None, tracking_uri: str | None, out: str | Path | None, cfg: AnalysisConfig,
                    horizon: float, pairs: list[str], source: str | Path | None = None,
                    include_unfinished: bool = False, filter_string: str | None = None,
@@ -262,10 +273,7 @@ def build_survival(experiment: str | None, tracking_uri: str | None, out: str | 
     dose = dose_verdict(runs, across, cfg.ci) if across else None
     pair_rows = pair_table(runs, declared, horizon, cfg.ci, cfg.alpha, dose)
     result = SurvivalVerdicts(exp.name, horizon, runs, arms, pair_rows, dose=dose)
-    short = int((runs["last_step"] < horizon).sum())
-    note = (f"horizon H = {horizon:g} steps; an event = a persistent collapse (detector v2 on the whole curve, tail "
-            f"included) or a non-finite reward/loss starting at or before H; else censored at H"
-            + (f"; {short} run(s) stopped before H (censored at their last step)" if short else ""))
+    note = f"horizon H = {horizon:g} steps; " + _event_note(runs, horizon)
     folder = out_folder(exp.name, out)
     folder.mkdir(parents=True, exist_ok=True)
     ta, tp = tables(arms, pair_rows, horizon, exp.name, note)

@@ -2,6 +2,8 @@
 logged into a real temporary MLflow store, and from the exported histories file (the same tables)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -32,9 +34,17 @@ RUNS = ([_run("recompute", None, s, "event" if s < 7 else "tail") for s in SEEDS
         + [_run("r3", None, s, "event" if s < 7 else "tail") for s in SEEDS])
 
 
+# stopped before H: recompute seed 0 on a NaN loss from step 85 (its run ends at 89: an event), mean_8 seed 0 planned
+# to end at 89 (censored there)
+STOPPED = ([replace(_run("recompute", None, 0, "stable"), reward=_run("recompute", None, 0, "stable").reward[:90],
+                    loss_nan_at=85),
+            replace(_run("mean_n", 8, 0, "stable"), reward=_run("mean_n", 8, 0, "stable").reward[:90])]
+           + [_run(e, n, s, "stable") for e, n in (("recompute", None), ("mean_n", 8)) for s in range(1, 4)])
+
+
 @pytest.fixture(scope="module")
 def store(logged_store):
-    return logged_store({"positive": RUNS})
+    return logged_store({"positive": RUNS, "stopped": STOPPED})
 
 
 def test_a_real_difference_is_shown_a_null_is_not_and_no_events_is_said(store, tmp_path):
@@ -56,6 +66,16 @@ def test_a_real_difference_is_shown_a_null_is_not_and_no_events_is_said(store, t
     assert p.loc["mean_n(n=8)", "rmst_diff"] > 0  # B survives longer
     files = {f.name for f in res.files}
     assert {"arms.md", "pairs.md", "survival_runs.csv", "km.png"} <= files
+
+
+def test_a_run_stopped_on_a_non_finite_loss_is_an_event_and_one_planned_short_is_censored(store, tmp_path):
+    res = build_survival("stopped", store, tmp_path / "out", CFG, H, ["recompute|mean_n(n=8)"], echo=None)
+    first = res.runs[res.runs["seed"] == 300].set_index("arm")
+    assert first.loc["recompute", "event"] and first.loc["recompute", "time"] == 85
+    assert not first.loc["mean_n(n=8)", "event"] and first.loc["mean_n(n=8)", "time"] == 89
+    text = (tmp_path / "out" / "arms.md").read_text()
+    assert "1 run(s) stopped before H without an event (censored at their last step)" in text
+    assert "1 run(s) stopped before H after their event (events)" in text
 
 
 def test_the_histories_file_gives_the_same_verdicts(store, tmp_path):
