@@ -260,7 +260,7 @@ def _stopped_nonfinite(exp: Experiment, run_id: str, cfg: AnalysisConfig) -> tup
     found = []
     for what, metric in (("loss", cfg.loss_metric), ("reward", cfg.reward_metric)):
         series = exp.series(metric, run_id)
-        step = first_nonfinite_step(series.index.to_numpy(), series.to_numpy(dtype=float)) if len(series) else math.nan
+        step = first_nonfinite_step(series.index.to_numpy(), series.to_numpy(dtype=float))  # NaN when empty
         if not math.isnan(step):
             found.append((step, what))
     return min(found) if found else (math.nan, "")
