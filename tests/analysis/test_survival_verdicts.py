@@ -146,3 +146,54 @@ def test_an_interaction_of_an_arm_the_experiment_lacks_is_one_line_exit_2(dosed_
                  "--interaction", "recompute|tis", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no arm 'tis'" in err[0] and not (tmp_path / "o").exists()
+
+
+# ---- stage B's committed command, rehearsed on synthetic runs with stage B's arms (no stage B outcome is read)
+def _stage_b_command() -> list[str]:
+    """The `python -m analysis survival ...` line of sweeps/v4_stage_b.yaml's header, as argv after the module."""
+    import shlex
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "sweeps" / "v4_stage_b.yaml").read_text()
+    line = next(x for x in text.splitlines() if x.startswith("#   python -m analysis survival"))
+    return shlex.split(line[1:])[3:]
+
+
+def _stage_b_run(arm: str, seed: int, collapses: bool) -> SyntheticRun:
+    """One run tagged and logged as stage B's real runs are: estimator, n, C and level, the perturbation tag and the
+    logged dose (``inference.kl_target``; the control logs none)."""
+    est, n, c, level, dose = {
+        "recompute": ("recompute", None, None, None, "0.01"), "rollout": ("rollout", None, None, None, "0.01"),
+        "tis": ("tis", None, 2.0, "token", "0.01"), "r3": ("r3", None, None, None, "0.01"),
+        "mean_8": ("mean_n", 8, None, None, "0.01"), "control": ("recompute", None, None, None, None),
+        "recompute_half": ("recompute", None, None, None, "0.005"),
+        "recompute_twice": ("recompute", None, None, None, "0.02"),
+        "mean_8_half": ("mean_n", 8, None, None, "0.005"), "mean_8_twice": ("mean_n", 8, None, None, "0.02")}[arm]
+    run = _run(est, n, seed, "event" if collapses else "stable")
+    run.clip_c, run.level = c, level
+    run.extra_tags = {"perturbation": "none" if dose is None else f"router@k3={float(dose):g}", "group_sig": arm}
+    run.params = {} if dose is None else {"inference.kl_target": dose}
+    return run
+
+
+def test_stage_b_committed_command_runs_end_to_end_on_runs_shaped_like_stage_bs(logged_store, tmp_path):
+    """The header command of sweeps/v4_stage_b.yaml (its pairs and interaction verbatim; only --from, --horizon and
+    --out point elsewhere) finds every declared label among runs tagged as stage B's arms are, and writes the family
+    of 5 pairs + the interaction and the critical doses. recompute collapses more as the dose rises, mean_8 less."""
+    k = {"recompute": 4, "rollout": 3, "tis": 3, "r3": 4, "mean_8": 1, "control": 0, "recompute_half": 2,
+         "recompute_twice": 6, "mean_8_half": 0, "mean_8_twice": 2}
+    runs = [_stage_b_run(arm, s, s < n) for arm, n in k.items() for s in SEEDS]
+    uri = logged_store({"v4_stage_b": runs})
+    path = tmp_path / "h.json.gz"
+    export("v4_stage_b", uri, path, metrics=("reward/mean", "policy/loss"))
+    argv = _stage_b_command()
+    for flag, value in (("--from", str(path)), ("--horizon", str(H)), ("--out", str(tmp_path / "out"))):
+        argv[argv.index(flag) + 1] = value
+    assert main(argv) == 0
+    pairs = pd.read_csv(tmp_path / "out" / "pairs.csv")
+    assert len(pairs) == 6 and pairs["hr_method"].iloc[-1].startswith("interaction")
+    assert pairs.loc[0, ["A", "B"]].tolist() == ["recompute[router@k3=0.01]", "mean_n(n=8)[router@k3=0.01]"]
+    arms = pd.read_csv(tmp_path / "out" / "arms.csv")
+    assert len(arms) == 10 and "recompute[none]" in set(arms["arm"])
+    text = (tmp_path / "out" / "dose.md").read_text()
+    assert "Doses (`inference.kl_target` > 0): 0.005, 0.01, 0.02" in text  # the control (no dose) is not a dose
