@@ -53,13 +53,14 @@ def test_the_project_results_tables_match_docs_results():
     assert changed == [], f"stale tables in docs/results.md (run `python -m analysis readme docs/results.md`): {changed}"
 
 
-def test_the_readme_quotes_the_committed_v3_table_whole():
-    """The README's pre-registered table is `scripts/v3_primary.py`'s, as committed (`python -m analysis readme README.md`)."""
+def test_the_readme_quotes_the_committed_stage_b_family_whole():
+    """The README's confirmatory table is stage B's declared family (`python -m analysis survival`, the header command
+    of sweeps/v4_stage_b.yaml), as committed (`python -m analysis readme README.md`)."""
     from analysis.load import project_root
 
     readme = project_root() / "README.md"
     text = readme.read_text()
-    assert "<!-- generated: docs/results/v3_primary.md -->" in text
+    assert "<!-- generated: docs/results/v4_stage_b/pairs.md -->" in text
     new, changed = refresh(text, readme.parent)
     assert changed == [], f"stale tables in README.md (run `python -m analysis readme README.md`): {changed}"
 
