@@ -61,7 +61,7 @@ study-v4: install
 # docs/results/v4_stage_b/parts) and runs the survival verdicts its header declares.
 study-v4-b: install
 	STAGE=b bash scripts/run_study_v4.sh
-	eval "$$(sed -n 's/^#   python -m analysis survival/$(PY) -m analysis survival/p' sweeps/v4_stage_b.yaml)"
+	STAGE=b PYTHON=$(PY) bash scripts/run_study_v4.sh --verdicts
 
 # Everything the README and docs/results.md quote: the study (above), the numerics-3 stress tests (below), the
 # agentic section and the overlap benchmark behind the README's cost ratios (benchmarks/README.md).

@@ -15,6 +15,7 @@
 #   STAGE=b bash scripts/run_study_v4.sh         # stage B, every block
 #   bash scripts/run_study_v4.sh --archive       # archive the runs finished so far (a new part), train nothing
 #   bash scripts/run_study_v4.sh --metrics       # the metrics the parts keep (the Makefile's V4_METRICS)
+#   STAGE=b bash scripts/run_study_v4.sh --verdicts  # stage B's verdicts: the survival command of its sweep's header
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
@@ -29,11 +30,19 @@ esac
 PARTS=docs/results/$EXP/parts
 
 archive() { "$PY" -m analysis archive --experiment "$EXP" --dir "$PARTS" --metrics "$METRICS"; }
+verdicts() {  # the survival command the sweep's header declares, verbatim (its quoted --pair labels kept whole)
+  local args
+  args=$(sed -n 's/^#   python -m analysis survival //p' "$SWEEP" 2>/dev/null || true)
+  [ -n "$args" ] || { echo "error: $SWEEP: its header declares no '#   python -m analysis survival ...' command (stage B's sweep does)" >&2; exit 2; }
+  eval "set -- $args"
+  "$PY" -m analysis survival "$@"
+}
 case "${1-}" in
   --metrics) echo "$METRICS"; exit 0 ;;
   --archive) archive; exit 0 ;;
+  --verdicts) verdicts; exit 0 ;;
   "") ;;
-  *) echo "usage: [STAGE=a|b] [BLOCKS=\"0 1 ...\"] bash scripts/run_study_v4.sh [--archive|--metrics]" >&2; exit 2 ;;
+  *) echo "usage: [STAGE=a|b] [BLOCKS=\"0 1 ...\"] bash scripts/run_study_v4.sh [--archive|--metrics|--verdicts]" >&2; exit 2 ;;
 esac
 [ -f "$SWEEP" ] || { echo "error: no $SWEEP: stage B's sweep is written by scripts/v4_stage_b.py from stage A's cell (docs/preregistration_v4.md)" >&2; exit 2; }
 SEEDS=$("$PY" -c "import sys; from harness.launch.spec import load_spec; print(len(load_spec(sys.argv[1]).seeds))" "$SWEEP")

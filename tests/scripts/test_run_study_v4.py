@@ -82,3 +82,28 @@ def test_parts_of_other_numerics_stop_the_runner_before_it_trains(monkeypatch, c
     monkeypatch.setattr(numerics, "fingerprint", lambda device: {"key": "another build"})
     assert mod.main([parts]) == 2 and "would not pool" in capsys.readouterr().err
     assert "scripts/parts_numerics.py" in (ROOT / "scripts" / "run_study_v4.sh").read_text()
+
+
+def test_stage_b_verdicts_run_the_sweep_headers_survival_command_verbatim(tmp_path):
+    """`STAGE=b ... --verdicts` (what `make study-v4-b` runs after training) hands Python the header's survival
+    command argument by argument: the quoted --pair labels (with '|', '@', ',') stay whole. Stage A's header declares
+    none: a clear error, exit 2, nothing run."""
+    import shlex
+
+    shim = tmp_path / "python"
+    shim.write_text(f'#!/usr/bin/env bash\nif [ "$1" = -c ] || [[ "$1" == *.py ]]; then exec {sys.executable} "$@"; fi\n'
+                    'printf "ARG %s\\n" "$@"\n')
+    shim.chmod(0o755)
+    run = lambda stage: subprocess.run(["bash", "scripts/run_study_v4.sh", "--verdicts"], cwd=ROOT, capture_output=True,
+                                       text=True, timeout=120, env={**os.environ, "PYTHON": str(shim), "STAGE": stage})
+    done = run("b")
+    assert done.returncode == 0, done.stderr
+    header = [l for l in (ROOT / "sweeps" / "v4_stage_b.yaml").read_text().splitlines()
+              if l.startswith("#   python -m analysis survival ")]
+    assert len(header) == 1
+    args = [line[4:] for line in done.stdout.splitlines() if line.startswith("ARG ")]
+    assert args == shlex.split(header[0][1:])[1:]  # -m analysis survival --from ... --out docs/results/v4_stage_b
+    assert args.count("--pair") == 5 and "tis(C=2,token)[router@k3=0.01]|mean_n(n=8)[router@k3=0.01]" in args
+    a = run("a")
+    assert a.returncode == 2 and "declares no" in a.stderr and "ARG" not in a.stdout
+    assert "run_study_v4.sh --verdicts" in (ROOT / "Makefile").read_text()
